@@ -1,0 +1,177 @@
+"""Incremental compilation: PrimFuncs one by one, the Relax VM linked from them.
+
+Upstream `BasePyModule` compiles the whole module twice on every
+instantiation. Here every PrimFunc is built on its own and kept by
+structural hash and target, so an edit rebuilds only what it changed. The
+Relax VM is produced by TVM's own steps (Relax pipeline, VM codegen, VM link)
+with the PrimFuncs it needs linked in as already-built libraries rather than
+built again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.vm_build import _ffi_api as _vm_ffi
+from tvm.relax.vm_build import _vmcodegen
+
+from .errors import CompileError
+
+MAX_KEPT_LIBRARIES = 256
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """One TVM compile: what it built (function names), for which target, and how long it took."""
+
+    kind: str  # "tir": one PrimFunc built; "vm": the Relax VM lowered and linked
+    functions: tuple[str, ...]
+    target: str
+    seconds: float
+    when: float
+
+    def __str__(self) -> str:
+        return f"{self.kind} {', '.join(self.functions)} ({self.seconds * 1000:.1f} ms)"
+
+
+@dataclass
+class CompileStats:
+    """`NAME.stats`: every TVM compile this live module ran, and how many a cache avoided."""
+
+    compiles: list[CompileRecord] = field(default_factory=list)
+    cache_hits: int = 0
+
+    def since(self, mark: int) -> list[CompileRecord]:
+        return self.compiles[mark:]
+
+    def __repr__(self) -> str:
+        seconds = sum(c.seconds for c in self.compiles)
+        return f"CompileStats({len(self.compiles)} compiles, {seconds:.3f} s, {self.cache_hits} cache hits)"
+
+
+class Compiler:
+    """Builds PrimFuncs and Relax VMs for one target, remembering what it built."""
+
+    def __init__(self, target: str, stats: CompileStats, persistent=None):
+        self.target = tvm.target.Target(target)
+        self.target_key = str(self.target)
+        self.target_name = target
+        self.stats = stats
+        self.persistent = persistent
+        self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, object]]] = OrderedDict()
+
+    def clear(self) -> None:
+        self._libs.clear()
+
+    # -- PrimFuncs -----------------------------------------------------------------
+    def prim_func(self, name: str, func: tvm.tirx.PrimFunc, *, use_cache: bool = True):
+        """The compiled library of one PrimFunc (built now unless a cache has it)."""
+        key = tvm_ffi.structural_hash(func)
+        if use_cache:
+            for known, lib in self._libs.get(key, ()):
+                if tvm_ffi.structural_equal(known, func):
+                    self._libs.move_to_end(key)
+                    self.stats.cache_hits += not isinstance(lib, CompileError)
+                    return _raise_if_failed(lib, name)
+            lib = self.persistent.load(name, func, self.target_key) if self.persistent else None
+            if lib is not None:
+                self.stats.cache_hits += 1
+                self._remember(key, func, lib)
+                return lib
+        lib = self._build_prim_func(name, func)
+        self._remember(key, func, lib)
+        if self.persistent and not isinstance(lib, CompileError):
+            self.persistent.store(name, func, self.target_key, lib)
+        return _raise_if_failed(lib, name)
+
+    def _build_prim_func(self, name: str, func: tvm.tirx.PrimFunc):
+        start = time.perf_counter()
+        try:
+            mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
+            lib = tvm.tirx.build(mod, target=self.target)
+            lib.get_function(name)  # JIT now, so the time is counted here and not at the first call
+        except Exception as err:  # TVM raises many error types; each means "this PrimFunc does not compile"
+            return CompileError(
+                f"does not compile for target {self.target_name}: {_one_line(err)}", function=name
+            )
+        finally:
+            self._record("tir", (name,), start)
+        return lib
+
+    def _remember(self, key: int, func, lib) -> None:
+        self._libs.setdefault(key, []).append((func, lib))
+        self._libs.move_to_end(key)
+        while len(self._libs) > MAX_KEPT_LIBRARIES:
+            self._libs.popitem(last=False)
+
+    # -- Relax VM ------------------------------------------------------------------
+    def relax_vm(self, mod: tvm.IRModule, device, *, use_cache: bool = True):
+        """Lower and link the Relax functions of `mod` (with the PrimFuncs they call) into a VM."""
+        start = time.perf_counter()
+        names = tuple(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
+        try:
+            with self.target:
+                lowered = relax.get_pipeline("default")(mod)
+            builder = relax.ExecBuilder()
+            leftover = _vmcodegen(builder, lowered)
+        except Exception as err:
+            self._record("vm", names, start)
+            raise CompileError(f"Relax lowering failed: {_one_line(err)}") from err
+        build_start = time.perf_counter()
+        libs = [self.prim_func(gv.name_hint, f, use_cache=use_cache) for gv, f in _prim_funcs(leftover)]
+        start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
+        try:
+            exe = _vm_ffi.VMLink(builder, self.target, None, libs, {})
+            vm = relax.VirtualMachine(exe, device)
+        except Exception as err:
+            raise CompileError(f"Relax VM link failed: {_one_line(err)}") from err
+        finally:
+            self._record("vm", names, start)
+        return vm
+
+    def _record(self, kind: str, names: Iterable[str], start: float) -> None:
+        seconds = time.perf_counter() - start
+        self.stats.compiles.append(CompileRecord(kind, tuple(names), self.target_name, seconds, time.time()))
+
+
+def _prim_funcs(mod: tvm.IRModule):
+    return [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def _raise_if_failed(lib, name: str):
+    if isinstance(lib, CompileError):
+        raise CompileError(lib.detail, function=name)
+    return lib
+
+
+def _one_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith(("File ", "note:", "^", "Traceback"))]
+    text = useful[-1] if useful else type(err).__name__
+    return text if len(text) < 300 else text[:297] + "..."
+
+
+def relax_closure(names: Iterable[str], mod: tvm.IRModule) -> set[str]:
+    """`names` and every function of `mod` they reach through GlobalVar references."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        func = mod[name]
+        if isinstance(func, relax.Function):
+            todo += [gv.name_hint for gv in relax.analysis.all_global_vars(func)]
+    return seen
+
+
+def sub_module(mod: tvm.IRModule, names: Iterable[str]) -> tvm.IRModule:
+    keep = set(names)
+    return tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv.name_hint in keep}, attrs=mod.attrs)

@@ -1,0 +1,78 @@
+"""The package's one error family.
+
+Every mistake a user can make raises a subclass of `TVMModuleError`. The
+message is short and names the function and the cell line where one applies;
+the magic layer shows it like IPython's `UsageError` (no traceback noise),
+while `%tb` still has the full chain (`__cause__`).
+"""
+
+from __future__ import annotations
+
+MAX_DETAIL_LINES = 12
+
+
+class TVMModuleError(Exception):
+    """Base class of every error this package raises on a user's behalf.
+
+    `function` is the function's name and `line` its cell line (the
+    `%%tvmmodule` line is line 1), when they apply.
+    """
+
+    def __init__(self, message: str, *, function: str | None = None, line: int | None = None):
+        self.function = function
+        self.line = line
+        self.detail = message
+        super().__init__(_compose(message, function, line))
+
+
+class CellSyntaxError(TVMModuleError):
+    """The cell is not valid Python, or has something other than functions at top level."""
+
+
+class TVMScriptError(TVMModuleError):
+    """TVMScript rejected a function: unknown op, bad annotation, undefined name..."""
+
+
+class IllFormedModuleError(TVMModuleError):
+    """The functions parse one by one but do not make a well-formed module together."""
+
+
+class CompileError(TVMModuleError):
+    """TVM failed to compile a function for the target."""
+
+
+class CallError(TVMModuleError):
+    """A call was wrong: unknown function, wrong number, shape or dtype of arguments."""
+
+
+class PyFuncError(TVMModuleError):
+    """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
+
+
+def _compose(message: str, function: str | None, line: int | None) -> str:
+    where = []
+    if function:
+        where.append(f"`{function}`")
+    if line:
+        where.append(f"cell line {line}")
+    head = f"{', '.join(where)}: " if where else ""
+    return head + shorten(message)
+
+
+def shorten(text: str, max_lines: int = MAX_DETAIL_LINES) -> str:
+    """Keep an error detail on one screen: strip TVM's backtrace noise, cap the lines."""
+    lines = [ln.rstrip() for ln in str(text).strip().splitlines()]
+    lines = [ln for ln in lines if ln and not _is_noise(ln)]
+    if len(lines) > max_lines:
+        dropped = len(lines) - max_lines
+        lines = lines[:max_lines] + [f"... ({dropped} more lines; %tb shows the full story)"]
+    return "\n".join(lines)
+
+
+def _is_noise(line: str) -> bool:
+    stripped = line.strip()
+    return (
+        stripped.startswith(("File \"", "File '", "Traceback (most recent call last)"))
+        or stripped.startswith("note: run with `TVM_BACKTRACE=1`")
+        or stripped.startswith("^")
+    )

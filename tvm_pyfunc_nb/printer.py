@@ -1,0 +1,234 @@
+"""TVMScript text of a live module that parses back, pyfunc sources included.
+
+Upstream's `IRModule.script()` does most of the work; this module repairs what
+it cannot round-trip:
+
+- a pyfunc prints as `f = R.ExternFunc("f")`: it is replaced by the function's
+  own source (its `python_source` attr), re-indented into the class body
+  without touching the inside of multi-line strings;
+- `R.call_py_func(R.str("f"), (x, y), ty_args=(T,))`, which the parser
+  rejects, becomes `R.call_py_func("f", x, y, out_ty=T)`;
+- the import header, which upstream prints commented out, becomes real, and
+  the class inherits `BasePyModule` when it holds pyfuncs. The parser then
+  adds the `base_py_module` module attr itself and rejects a second
+  `I.module_attrs(...)`, so that line goes.
+
+Functions keep upstream's order: PrimFuncs, then pyfuncs (and any other
+`ExternFunc`), then Relax functions, each group sorted by name.
+"""
+
+from __future__ import annotations
+
+import ast
+import html
+import io
+import tokenize
+
+import tvm
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+from tvm import relax
+
+from .errors import CallError
+
+# PEP 695 output (`class Module[n]`-style) is chosen by default on Python >= 3.12
+# and does not parse on 3.10/3.11; `n = TypeVar("n")` parses everywhere.
+_PRINTER_CONFIG = {"script.use_pep695": False}
+_INDENT = 4
+# Names a `%%tvmmodule` cell sees without importing them; the script imports
+# the ones its pyfuncs use, so they run when the script is executed on its own.
+_CELL_MODULES = ("tvm", "torch")
+
+
+def module_script(name: str, ir_mod: tvm.IRModule) -> str:
+    """The whole module as runnable TVMScript: an `@I.ir_module class NAME`.
+
+    Executing the text (registered in `linecache`, since TVMScript reads its
+    source through `inspect`) gives back equal PrimFuncs and Relax functions
+    and the same pyfuncs, whose sources `member_sources` recovers exactly.
+    """
+    pyfuncs = _pyfunc_sources(ir_mod)
+    text = _fix_call_py_func(ir_mod.script(name=name, extra_config=_PRINTER_CONFIG))
+    lines = text.splitlines(keepends=True)
+    cls = _module_class(ast.parse(text))
+    edits = []
+    if pyfuncs:
+        edits.append((cls.lineno, cls.lineno, f"class {name}(BasePyModule):\n"))
+    for stmt in cls.body:
+        if pyfuncs and _is_call(getattr(stmt, "value", None), "I", "module_attrs"):
+            edits.append((stmt.lineno, stmt.end_lineno, ""))
+        elif _extern_func_name(stmt) in pyfuncs:
+            source = _reindent(pyfuncs[_extern_func_name(stmt)], _INDENT)
+            follows = lines[stmt.end_lineno] if stmt.end_lineno < len(lines) else ""
+            edits.append((stmt.lineno, stmt.end_lineno, source + ("\n" if follows.strip() else "")))
+    for first, last, new in sorted(edits, reverse=True):
+        lines[first - 1 : last] = [new]
+    return _header(lines, pyfuncs) + "".join(lines)
+
+
+def function_script(name: str, ir_mod: tvm.IRModule, fn_name: str) -> str:
+    """One function's text at column 0, as it appears in `module_script`.
+
+    A pyfunc's is its exact source; a PrimFunc's or Relax function's is its
+    slice of the module script, whose references (`cls.f`, symbolic dims)
+    are those of the whole module.
+    """
+    pyfuncs = _pyfunc_sources(ir_mod)
+    if fn_name in pyfuncs:
+        return pyfuncs[fn_name]
+    members = member_sources(module_script(name, ir_mod))
+    if fn_name not in members:
+        raise CallError(f"module `{name}` has no function `{fn_name}`", function=fn_name)
+    return members[fn_name]
+
+
+def member_sources(script: str) -> dict[str, str]:
+    """The text of each function of the script's `@I.ir_module` class, by name.
+
+    Each runs from its first decorator to its last statement, dedented to
+    column 0 and ending in a newline; it is the inverse of how
+    `module_script` embeds a pyfunc's source.
+    """
+    lines = script.splitlines(keepends=True)
+    members = {}
+    for stmt in _module_class(ast.parse(script)).body:
+        if isinstance(stmt, ast.FunctionDef):
+            name = stmt.name
+        elif isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name):
+            name = stmt.targets[0].id
+        else:
+            continue
+        first = min([d.lineno for d in getattr(stmt, "decorator_list", [])] + [stmt.lineno])
+        members[name] = _reindent("".join(lines[first - 1 : stmt.end_lineno]), -stmt.col_offset)
+    return members
+
+
+def highlight_html(code: str, style: str = "default") -> str:
+    """`code` highlighted as Python in a `<div><pre>`, with inline styles.
+
+    Inline styles (as in `tvm/script/highlight.py`) keep the colours the same
+    in any page and leak nothing into it. Pygments escapes the code.
+    """
+    return highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style=style))
+
+
+def escape(text: object) -> str:
+    """`text` made safe for HTML content and attribute values."""
+    return html.escape(str(text), quote=True)
+
+
+def _pyfunc_sources(ir_mod: tvm.IRModule) -> dict[str, str]:
+    return {
+        gv.name_hint: str(func.attrs["python_source"])
+        for gv, func in ir_mod.functions_items()
+        if isinstance(func, relax.ExternFunc) and func.attrs.get("is_pyfunc", False)
+    }
+
+
+def _module_class(tree: ast.Module) -> ast.ClassDef:
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    return cls
+
+
+def _header(lines: list[str], pyfuncs: dict[str, str]) -> str:
+    """Turn upstream's commented-out imports (`# from tvm.script import ir as I`) into
+    real ones, in place, and return the imports it lacks."""
+    for number, line in enumerate(lines):
+        if not line.startswith(("# from ", "# import ")):
+            break
+        lines[number] = line[2:]
+    if not pyfuncs:
+        return ""
+    used = {
+        node.id
+        for source in pyfuncs.values()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Name)
+    }
+    extra = [f"import {module}\n" for module in _CELL_MODULES if module in used]
+    return "".join(extra) + "from tvm.relax.base_py_module import BasePyModule\n"
+
+
+def _extern_func_name(stmt: ast.stmt) -> str | None:
+    if isinstance(stmt, ast.Assign) and _is_call(stmt.value, "R", "ExternFunc"):
+        return stmt.targets[0].id
+    return None
+
+
+def _is_call(node: ast.AST | None, namespace: str, attr: str) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr) == (namespace, attr)
+    )
+
+
+def _fix_call_py_func(text: str) -> str:
+    """Rewrite upstream's `R.call_py_func` calls into the form its parser accepts.
+
+    The IR holds the arguments as one tuple and the output as one type (an
+    `R.Tuple` for several outputs); the parser takes the arguments as varargs
+    (a tuple argument would be wrapped once more) and `out_ty` as a tensor
+    type or a list of them. Edits go through the AST's positions, so nothing
+    else on the line can be mistaken for a call.
+    """
+    data = text.encode()
+    line_starts = [0]
+    for line in data.splitlines(keepends=True):
+        line_starts.append(line_starts[-1] + len(line))
+    edits = []
+    for node in ast.walk(ast.parse(text)):
+        if _is_call(node, "R", "call_py_func") and [k.arg for k in node.keywords] == ["ty_args"]:
+            start = line_starts[node.lineno - 1] + node.col_offset
+            end = line_starts[node.end_lineno - 1] + node.end_col_offset
+            edits.append((start, end, _call_py_func_text(text, node)))
+    for start, end, new in sorted(edits, reverse=True):
+        data = data[:start] + new.encode() + data[end:]
+    return data.decode()
+
+
+def _call_py_func_text(text: str, call: ast.Call) -> str:
+    def segment(node: ast.AST) -> str:
+        return ast.get_source_segment(text, node)
+
+    name, args = call.args
+    if _is_call(name, "R", "str"):
+        name = name.args[0]
+    if isinstance(args, ast.Tuple):
+        arg_nodes = args.elts
+    elif _is_call(args, "R", "tuple"):
+        arg_nodes = args.args
+    else:
+        raise ValueError(
+            f"cannot print `{segment(call)}`: call_py_func arguments must be a tuple literal"
+        )
+    (out,) = call.keywords[0].value.elts
+    if _is_call(out, "R", "Tuple"):
+        out_ty = "[" + ", ".join(map(segment, out.args)) + "]"
+    else:
+        out_ty = segment(out)
+    return f"R.call_py_func({', '.join(map(segment, [name, *arg_nodes]))}, out_ty={out_ty})"
+
+
+def _reindent(source: str, delta: int) -> str:
+    """Shift every line by `delta` columns, except the inside of multi-line tokens.
+
+    The only tokens spanning lines are strings (docstrings, string constants,
+    f-string parts); their continuation lines are content, kept exactly, where
+    `textwrap.indent`/`dedent` would change them. Blank lines stay as they are.
+    """
+    frozen = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        frozen.update(range(token.start[0] + 1, token.end[0] + 1))
+    out = []
+    for number, line in enumerate(source.splitlines(keepends=True), start=1):
+        if number in frozen or not line.strip():
+            out.append(line)
+        elif delta >= 0:
+            out.append(" " * delta + line)
+        else:
+            out.append(line[min(-delta, len(line) - len(line.lstrip(" "))) :])
+    text = "".join(out)
+    return text if text.endswith("\n") else text + "\n"

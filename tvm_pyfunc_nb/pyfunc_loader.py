@@ -1,0 +1,63 @@
+"""Turn a pyfunc's cell text into a Python function whose tracebacks show cell lines.
+
+The code is compiled with blank lines in front so its line numbers are the
+cell's, under a filename registered in `linecache` with the cell's text, so
+tracebacks, `inspect` and TVMScript (which reads source through `inspect`)
+all see the cell.
+"""
+
+from __future__ import annotations
+
+import linecache
+from collections.abc import Callable, Mapping
+
+import torch
+import tvm
+from tvm.relax.base_py_module import BasePyModule
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+from .cell_fragment import FunctionSource
+from .errors import CellSyntaxError
+
+PREBOUND: dict[str, object] = {
+    "I": I, "R": R, "T": T, "tvm": tvm, "torch": torch, "BasePyModule": BasePyModule,
+}
+
+
+class CellGlobals(dict):
+    """Globals of cell code: the pre-bound names, then the user's namespace, looked up live."""
+
+    def __init__(self, fallback: Mapping[str, object]):
+        super().__init__(PREBOUND)
+        self.fallback = fallback
+
+    def __missing__(self, key: str):
+        return self.fallback[key]
+
+
+def register_cell_text(filename: str, header: str, text: str) -> None:
+    """Make `filename` read as the cell: `header` (the magic line) is line 1."""
+    lines = [header.rstrip("\n") + "\n"] + text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+
+
+def forget_cell_text(filename: str) -> None:
+    linecache.cache.pop(filename, None)
+
+
+def load_pyfunc(source: FunctionSource, filename: str, globals_: CellGlobals) -> Callable:
+    """Execute the `def` of one pyfunc and return the function object."""
+    padded = "\n" * (source.first_line - 1) + source.source
+    scope: dict[str, object] = {}
+    try:
+        exec(compile(padded, filename, "exec"), globals_, scope)
+    except Exception as err:  # a decorator or a default argument raised while defining it
+        raise CellSyntaxError(
+            f"defining `{source.name}` raised {type(err).__name__}: {err}",
+            function=source.name, line=source.first_line,
+        ) from err
+    return scope[source.name]

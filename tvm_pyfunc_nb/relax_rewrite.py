@@ -1,0 +1,76 @@
+"""Two small Relax rewrites that cell-by-cell assembly needs.
+
+- `rebind_global_vars`: functions parsed in different cells refer to each
+  other through different `GlobalVar` objects; a module is only well formed
+  when every reference is the very object that keys the callee.
+- `rename_py_func_calls`: `R.call_py_func("f", ...)` looks "f" up in one
+  process-global registry, so the compiled copy of a module calls a name of
+  its own for every call site instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import tvm
+from tvm import relax
+from tvm.ir import GlobalVar
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+_CALL_PY_FUNC = tvm.ir.Op.get("relax.call_py_func")
+
+
+def referenced_global_vars(func: relax.Function) -> list[GlobalVar]:
+    return list(relax.analysis.all_global_vars(func))
+
+
+def py_func_calls(func: relax.Function) -> list[tuple[str, object]]:
+    """`(pyfunc name, out_ty)` for every `R.call_py_func` in `func`, in order."""
+    found: list[tuple[str, object]] = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(_CALL_PY_FUNC):
+            found.append((expr.args[0].value, list(expr.ty_args)))
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+def rebind_global_vars(func: relax.Function, canonical: Mapping[str, GlobalVar]) -> relax.Function:
+    """`func` with every `GlobalVar` reference replaced by `canonical[name]`."""
+    stale = [gv for gv in referenced_global_vars(func) if not gv.same_as(canonical.get(gv.name_hint, gv))]
+    if not stale:
+        return func
+    return _GlobalVarRebinder(canonical).visit_expr(func)
+
+
+def rename_py_func_calls(func: relax.Function, new_name: Callable[[str, list], str]) -> relax.Function:
+    """`func` with each `R.call_py_func("f", ..., out_ty=T)` calling `new_name("f", [T])` instead."""
+    if not py_func_calls(func):
+        return func
+    return _PyFuncCallRenamer(new_name).visit_expr(func)
+
+
+@mutator
+class _GlobalVarRebinder(PyExprMutator):
+    def __init__(self, canonical: Mapping[str, GlobalVar]):
+        super().__init__()
+        self.canonical = canonical
+
+    def visit_global_var_(self, op: GlobalVar):
+        return self.canonical.get(op.name_hint, op)
+
+
+@mutator
+class _PyFuncCallRenamer(PyExprMutator):
+    def __init__(self, new_name: Callable[[str, list], str]):
+        super().__init__()
+        self.new_name = new_name
+
+    def visit_call_(self, op: relax.Call):
+        call = super().visit_call_(op)
+        if not call.op.same_as(_CALL_PY_FUNC):
+            return call
+        name = self.new_name(call.args[0].value, list(call.ty_args))
+        args = [tvm.ir.StringImm(name), *call.args[1:]]
+        return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)

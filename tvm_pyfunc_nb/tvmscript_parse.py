@@ -1,0 +1,90 @@
+"""Parse one cell's TIR and Relax functions with TVMScript, against the rest of the module.
+
+Only the cell's own functions are parsed. The functions of other cells enter
+the parse as class-level assignments (`name = <function object>`), which
+TVMScript's IR parser declares as module functions without re-parsing them;
+`cls = NAME` resolves through `ModuleProxy` to the module being built, so
+`cls.add_tir` finds either. The class header sits on line 1 and the cell's
+functions on their own cell lines, so TVMScript's line numbers are the
+notebook's; the stub assignments come after the last cell line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from tvm.error import DiagnosticError
+from tvm.ir import BaseFunc, GlobalVar
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.ir_builder.ir import IRModuleFrame
+from tvm.script.parser.core.entry import parse
+
+from .cell_fragment import PYFUNC, CellFragment, reindent
+from .errors import TVMScriptError, shorten
+
+_STUBS = "__tvmnb_stubs__"
+_CELL_CLASS = "__tvmnb_cell__"
+_LOCATION = re.compile(r"-->\s.*:(\d+):\d+")
+
+
+class ModuleProxy:
+    """What `cls = NAME` evaluates to during a parse: the functions of the module being built."""
+
+    def __init__(self, module_name: str):
+        self._module_name = module_name
+
+    def __getattr__(self, name: str) -> GlobalVar:
+        if not name.startswith("__"):
+            for frame in IRBuilder.current().frames:
+                if isinstance(frame, IRModuleFrame) and name in frame.global_vars:
+                    return frame.global_vars[name]
+        raise AttributeError(f"module `{self._module_name}` has no function `{name}`")
+
+
+def parse_fragment(
+    fragment: CellFragment,
+    module_name: str,
+    others: Mapping[str, BaseFunc],
+    namespace: Mapping[str, object],
+    pyfunc_stubs: Mapping[str, BaseFunc],
+) -> dict[str, tuple[GlobalVar, BaseFunc]]:
+    """Parse the cell's TIR/Relax functions; returns `{name: (global_var, function)}`.
+
+    `others` are the module's functions from other cells, `pyfunc_stubs` the
+    `ExternFunc`s of this cell's pyfuncs; both are visible to `cls.<name>`.
+    """
+    wanted = [f for f in fragment.functions.values() if f.kind != PYFUNC]
+    if not wanted:
+        return {}
+    lines = [f"class {_CELL_CLASS}(BasePyModule):\n"] + ["\n"] * (fragment.first_line - 2)
+    for func in sorted(wanted, key=lambda f: f.first_line):
+        lines += ["\n"] * (func.first_line - 1 - len(lines))
+        lines += reindent(func.source, 4).splitlines(keepends=True)
+    stubs = {**others, **pyfunc_stubs}
+    lines += [f"    {name} = {_STUBS}[{name!r}]\n" for name in stubs]
+    proxy = ModuleProxy(module_name)
+    extra = {**namespace, module_name: proxy, _STUBS: stubs}
+    if fragment.full_class:
+        extra[fragment.full_class] = proxy
+    try:
+        parsed = parse("".join(lines), extra, check_well_formed=False)
+    except DiagnosticError as err:
+        raise _script_error(str(err), fragment) from None
+    except Exception as err:  # TVM raises many types from deep inside; all mean "this script is wrong"
+        raise TVMScriptError(f"{type(err).__name__}: {err}") from err
+    return {f.name: (parsed.get_global_var(f.name), parsed[f.name]) for f in wanted}
+
+
+def _script_error(text: str, fragment: CellFragment) -> TVMScriptError:
+    first = text.strip().splitlines()[0] if text.strip() else "TVMScript error"
+    message = first.removeprefix("error: ")
+    match = _LOCATION.search(text)
+    line = int(match.group(1)) if match else None
+    owner = None
+    if line is not None:
+        for func in fragment.functions.values():
+            if func.first_line <= line < func.first_line + func.source.count("\n"):
+                owner = func.name
+    return TVMScriptError(shorten(message), function=owner, line=line)
+
