@@ -457,6 +457,8 @@ class LiveModule:
             try:
                 out = to_torch(vm_fn(*to_tvm_args(args)))
             except Exception as err:
+                if py_registry.was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
+                    return call(*args)
                 error = take_pending_error() or explain_bad_call(name, specs, args, err)
                 if not isinstance(error, TVMModuleError):
                     error = pyfunc_error(getattr(error, "function", name), None, error)

@@ -49,7 +49,8 @@ def module_script(name: str, ir_mod: tvm.IRModule) -> str:
     and the same pyfuncs, whose sources `member_sources` recovers exactly.
     """
     pyfuncs = _pyfunc_sources(ir_mod)
-    text = _fix_call_py_func(ir_mod.script(name=name, extra_config=_PRINTER_CONFIG))
+    printed = ir_mod.script(name=name, extra_config=_PRINTER_CONFIG)
+    text = _uncomment_imports(_fix_call_py_func(printed))
     lines = text.splitlines(keepends=True)
     cls = _module_class(ast.parse(text))
     edits = []
@@ -64,7 +65,7 @@ def module_script(name: str, ir_mod: tvm.IRModule) -> str:
             edits.append((stmt.lineno, stmt.end_lineno, source + ("\n" if follows.strip() else "")))
     for first, last, new in sorted(edits, reverse=True):
         lines[first - 1 : last] = [new]
-    return _header(lines, pyfuncs) + "".join(lines)
+    return _extra_imports(pyfuncs) + "".join(lines)
 
 
 def function_script(name: str, ir_mod: tvm.IRModule, fn_name: str) -> str:
@@ -131,23 +132,34 @@ def _module_class(tree: ast.Module) -> ast.ClassDef:
     return cls
 
 
-def _header(lines: list[str], pyfuncs: dict[str, str]) -> str:
-    """Turn upstream's commented-out imports (`# from tvm.script import ir as I`) into
-    real ones, in place, and return the imports it lacks."""
+def _uncomment_imports(text: str) -> str:
+    """Upstream prints its import header commented out (`# from tvm.script import ir as I`)."""
+    lines = text.splitlines(keepends=True)
     for number, line in enumerate(lines):
         if not line.startswith(("# from ", "# import ")):
             break
         lines[number] = line[2:]
-    if not pyfuncs:
-        return ""
-    used = {
-        node.id
-        for source in pyfuncs.values()
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.Name)
-    }
-    extra = [f"import {module}\n" for module in _CELL_MODULES if module in used]
-    return "".join(extra) + "from tvm.relax.base_py_module import BasePyModule\n"
+    return "".join(lines)
+
+
+def _extra_imports(pyfuncs: dict[str, str]) -> str:
+    """The imports upstream's header lacks.
+
+    Python evaluates annotations when it runs a `def`, and `T.Buffer((n,), ...)`
+    fails for `n = TypeVar("n")`; postponed annotations leave them to
+    TVMScript, which reads them from the source anyway.
+    """
+    imports = ["from __future__ import annotations\n"]
+    if pyfuncs:
+        used = {
+            node.id
+            for source in pyfuncs.values()
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Name)
+        }
+        imports += [f"import {module}\n" for module in _CELL_MODULES if module in used]
+        imports.append("from tvm.relax.base_py_module import BasePyModule\n")
+    return "".join(imports)
 
 
 def _extern_func_name(stmt: ast.stmt) -> str | None:
@@ -196,14 +208,8 @@ def _call_py_func_text(text: str, call: ast.Call) -> str:
     name, args = call.args
     if _is_call(name, "R", "str"):
         name = name.args[0]
-    if isinstance(args, ast.Tuple):
-        arg_nodes = args.elts
-    elif _is_call(args, "R", "tuple"):
-        arg_nodes = args.args
-    else:
-        raise ValueError(
-            f"cannot print `{segment(call)}`: call_py_func arguments must be a tuple literal"
-        )
+    # The op only takes a `relax.Tuple`: printed `(x, y)`, or `R.tuple()` when empty.
+    arg_nodes = args.args if _is_call(args, "R", "tuple") else args.elts
     (out,) = call.keywords[0].value.elts
     if _is_call(out, "R", "Tuple"):
         out_ty = "[" + ", ".join(map(segment, out.args)) + "]"

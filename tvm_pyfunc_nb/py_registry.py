@@ -49,6 +49,18 @@ def restore() -> None:
         _register(name, func)
 
 
+def was_cleared(err: BaseException) -> bool:
+    """True if `err` says one of our names vanished from TVM's registry (someone cleared it).
+
+    The registry is then restored, so the caller can retry once.
+    """
+    text = str(err)
+    if "not found in registry" not in text or not any(f"'{name}'" in text for name in _entries):
+        return False
+    restore()
+    return True
+
+
 def registered() -> list[str]:
     return list(_entries)
 

@@ -1,0 +1,41 @@
+# Every target sets itself up: a venv in .venv with pinned installs (CPU torch first).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
+PORT   ?= 8888
+
+.PHONY: install lab run-notebooks test test-unit test-notebooks test-browser bench browser-deps clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+## JupyterLab on the tutorials (no browser is opened; the URL is printed)
+lab: install
+	$(BIN)/jupyter lab --no-browser --ServerApp.port=$(PORT) --ServerApp.root_dir=notebooks
+
+## The tutorials run headless, start to finish, in a real kernel
+run-notebooks: install
+	$(BIN)/jupyter execute notebooks/*.ipynb
+
+## Debian's Chromium for the browser tests (never a downloaded browser)
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+## Every test: unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser
+test: install browser-deps
+	$(BIN)/python -m pytest tests
+
+bench: install
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

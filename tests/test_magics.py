@@ -1,0 +1,89 @@
+"""The magics' own surface: options, %config defaults, listing, dropping, loading and unloading."""
+
+from __future__ import annotations
+
+import torch
+from IPython.core.error import UsageError
+
+from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
+from tvm_pyfunc_nb import TVMModuleError
+
+X = torch.arange(5, dtype=torch.float32)
+
+
+def test_config_sets_defaults_and_options_override_them(shell):
+    magics = shell.ip.magics_manager.registry["TVMModuleMagics"]
+    shell.run("%config TVMModuleMagics.eager = True")
+    try:
+        assert magics.eager is True
+        shell.cell("demo", ADD_TIR)
+        assert [c.kind for c in shell.ns["demo"].stats.compiles] == ["tir"]
+    finally:
+        shell.run("%config TVMModuleMagics.eager = False")
+    shell.cell("other", ADD_TIR, options="--eager")
+    assert shell.ns["other"].stats.compiles
+
+
+def test_quiet_shows_nothing(shell):
+    assert shell.cell("demo", SCALE_PYFUNC, options="--quiet") is None
+    assert shell.cell("demo", SCALE_PYFUNC) is not None
+
+
+def test_device_and_target_options(shell):
+    shell.cell("demo", MAIN_RELAX, options="--target llvm --device cpu:0")
+    demo = shell.ns["demo"]
+    assert demo.target == "llvm" and demo.device_name == "cpu:0"
+    assert torch.equal(demo.main_relax(X, X), X * 2)
+    err = shell.cell("demo", MAIN_RELAX, options="--device cpu:1", expect_error=TVMModuleError)
+    assert "--reset" in str(err)
+
+
+def test_bad_options_are_usage_errors(shell):
+    shell.run("%%tvmmodule\n" + SCALE_PYFUNC, expect_error=UsageError)
+    shell.run("%%tvmmodule demo --no-such-option\n" + SCALE_PYFUNC, expect_error=UsageError)
+    err = shell.run("%%tvmmodule 1bad\n" + SCALE_PYFUNC, expect_error=TVMModuleError)
+    assert "1bad" in str(err)
+
+
+def test_tvmmodules_lists_functions_by_kind_and_state(shell):
+    assert "no live modules" in repr(shell.run("%tvmmodules"))
+    shell.cell("demo", ADD_TIR + SCALE_PYFUNC)
+    listing = repr(shell.run("%tvmmodules"))
+    assert "demo" in listing and "1 pyfunc" in listing and "1 tir" in listing and "stale" in listing
+    shell.ns["demo"].compile()
+    assert "compiled" in repr(shell.run("%tvmmodules"))
+
+
+def test_drop_removes_the_module_and_unknown_names_are_errors(shell):
+    shell.cell("demo", SCALE_PYFUNC)
+    shell.run("%tvmmodule_drop demo")
+    assert "demo" not in shell.ns
+    err = shell.run("%tvmmodule_drop demo", expect_error=TVMModuleError)
+    assert "no live module named `demo`" in str(err)
+
+
+def test_loading_twice_is_harmless_and_unload_removes_the_magics(shell):
+    shell.run("%load_ext tvm_pyfunc_nb")
+    shell.cell("demo", SCALE_PYFUNC)
+    assert torch.equal(shell.ns["demo"].scale(X), X * 10)
+    shell.run("%unload_ext tvm_pyfunc_nb")
+    try:
+        assert "demo" not in shell.ns
+        shell.run("%%tvmmodule demo\n" + SCALE_PYFUNC, expect_error=UsageError)
+    finally:
+        shell.run("%load_ext tvm_pyfunc_nb")
+    shell.cell("demo", SCALE_PYFUNC)
+
+
+def test_package_errors_show_as_one_short_message(shell, capsys):
+    shell.cell("demo", "x = 1\n", expect_error=TVMModuleError)
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "CellSyntaxError: cell line 2" in text
+    assert "Traceback" not in text and len(text.strip().splitlines()) <= 3
+
+
+def test_a_blank_cell_defines_nothing(shell):
+    view = shell.cell("demo", "   \n# only a comment\n")
+    assert "defined nothing" in repr(view)
+    assert shell.ns["demo"].functions == {}
