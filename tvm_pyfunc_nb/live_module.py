@@ -279,6 +279,31 @@ class LiveModule:
 
         return module_script(self.name, self._ir_mod)
 
+    def show(self) -> None:
+        """Display the module's widget: a tab per function (script and latest results), the module script."""
+        from .display import show
+
+        show(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """`NAME` as a cell's last expression shows the module's widget (`repr` stays one line)."""
+        from .display import module_view
+
+        return module_view(self)._repr_mimebundle_(include=include, exclude=exclude)
+
+    def watch_compiles(self, on_compile) -> None:
+        """Run every TVM build of this module inside `on_compile(kind, names)`, a context manager."""
+        self._compiler.on_compile = on_compile
+
+    def as_torch(self, fn: str) -> str:
+        """Relax function `fn` as PyTorch source text (TVM's op mapping); what it cannot map is flagged."""
+        from .torch_source import relax_to_torch_source
+
+        entry = self.entry(fn)
+        if entry.kind != RELAX:
+            raise CallError(f"as_torch needs a Relax function, but `{fn}` is a {entry.kind}", function=fn)
+        return relax_to_torch_source(fn, entry.func)
+
     # -- compiling -----------------------------------------------------------------
     def compile(self) -> list[CompileRecord]:
         """Compile what changed since the last compile (what a call would do lazily)."""
