@@ -120,6 +120,9 @@ def test_add_python_function_is_callable_from_relax_and_shown(shell):
     assert torch.equal(demo.run(X), X + 100)
     assert "late" in demo.functions and demo.functions["late"] == "pyfunc"
     assert any(gv.name_hint == "late" for gv in demo.ir_mod.get_global_vars())
+    script = demo.script()
+    assert "@I.pyfunc\n    def late(x):" in script  # a lambda has no source: a stub that says so
+    assert "add_python_function" in script
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

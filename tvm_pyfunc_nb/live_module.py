@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +29,9 @@ from .cell_fragment import PRIMFUNC, PYFUNC, RELAX, CellFragment, FunctionSource
 from .compiled_module import CompiledPyModule
 from .compiler import CompileRecord, Compiler, CompileStats, relax_closure, sub_module
 from .errors import CallError, CompileError, IllFormedModuleError, TVMModuleError
-from .pyfunc_loader import PREBOUND, CellGlobals, forget_cell_text, load_pyfunc, register_cell_text
+from .pyfunc_loader import (
+    PREBOUND, CellGlobals, forget_cell_text, load_pyfunc, register_cell_text, runtime_pyfunc_source,
+)
 from .relax_rewrite import py_func_calls, rebind_global_vars, referenced_global_vars, rename_py_func_calls
 from .tensors import to_torch, to_tvm_args
 from .tvmscript_parse import parse_fragment
@@ -224,10 +225,7 @@ class LiveModule:
         """Add a pyfunc at run time: callable from Relax through `R.call_py_func` and shown in `script()`."""
         if not name.isidentifier():
             raise CallError(f"`{name}` is not a valid function name")
-        try:
-            source = textwrap.dedent(inspect.getsource(func))
-        except (OSError, TypeError):
-            source = f"# {name}: added with add_python_function; its source is not available\n"
+        source = runtime_pyfunc_source(name, func)
         key = ("add_python_function", name)
         origin = f"add_python_function({name!r})"
         source_info = FunctionSource(name, PYFUNC, source, 0)

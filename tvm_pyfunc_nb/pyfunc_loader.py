@@ -8,7 +8,10 @@ all see the cell.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import linecache
+import textwrap
 from collections.abc import Callable, Mapping
 
 import torch
@@ -61,3 +64,39 @@ def load_pyfunc(source: FunctionSource, filename: str, globals_: CellGlobals) ->
             function=source.name, line=source.first_line,
         ) from err
     return scope[source.name]
+
+
+def runtime_pyfunc_source(name: str, func: Callable) -> str:
+    """Source text for a pyfunc added at run time, shaped like a cell's: `@I.pyfunc` + `def name`.
+
+    The function's own decorators already ran, so they are left out; a lambda
+    or a function without source gets a stub that says so, so the module's
+    script still parses back.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+        tree = ast.parse(source)
+        node = tree.body[0]
+        if getattr(func, "__name__", "") == "<lambda>" or not isinstance(node, ast.FunctionDef):
+            raise ValueError("not a def")
+    except (OSError, TypeError, ValueError, SyntaxError, IndexError):
+        params = _signature_text(func)
+        return (
+            f"@I.pyfunc\ndef {name}({params}):\n"
+            f'    """Added with add_python_function; its source is not available."""\n'
+            f"    raise NotImplementedError({name + ' has no source text'!r})\n"
+        )
+    lines = source.splitlines(keepends=True)
+    body = lines[node.lineno - 1:]
+    body[0] = body[0].replace(f"def {node.name}(", f"def {name}(", 1)
+    return "@I.pyfunc\n" + "".join(body).rstrip() + "\n"
+
+
+def _signature_text(func: Callable) -> str:
+    """The parameter list without defaults or annotations, which may have no source form."""
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return "*args, **kwargs"
+    empty = inspect.Parameter.empty
+    return str(inspect.Signature([p.replace(default=empty, annotation=empty) for p in params]))[1:-1]
