@@ -32,6 +32,11 @@ class Shell:
         cell_id = cell_id or f"cell-{next(_cell_ids)}"
         return self.run(f"%%tvmmodule {name} {options}\n{body}", cell_id=cell_id, **kw)
 
+    def text(self, obj) -> str:
+        """What a front end without widgets shows for `obj` (its text/plain)."""
+        data, _ = self.ip.display_formatter.format(obj)
+        return data["text/plain"]
+
     def eval(self, expr: str):
         return eval(expr, self.ip.user_ns)
 

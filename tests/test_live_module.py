@@ -56,7 +56,7 @@ def test_rerunning_an_edited_cell_replaces_its_functions(shell):
 def test_last_run_wins_and_says_what_it_replaced(shell):
     shell.cell("demo", SCALE_PYFUNC, cell_id="a")
     view = shell.cell("demo", SCALE_PYFUNC.replace("x * 10", "x * 3"), cell_id="b")
-    assert "scale replaces the definition from" in repr(view)
+    assert "scale replaces the definition from" in shell.text(view)
     assert torch.equal(shell.ns["demo"].scale(X), X * 3)
 
 
