@@ -163,7 +163,7 @@ class LiveModule:
         fragments[fragment.key] = fragment
         parsed[fragment.key] = ordered
         entries = _owners(parsed)
-        entries, ir_mod = self._assemble(entries)
+        entries, ir_mod = self._assemble(entries, fresh=set(ordered))
         result = self._describe_update(fragment, ordered, entries, origin)
         self._commit(fragments, parsed, entries, ir_mod, {fragment.key: origin})
         return result
@@ -177,8 +177,11 @@ class LiveModule:
         result.removed = [n for n, e in self._entries.items() if n not in entries]
         return result
 
-    def _assemble(self, entries: dict[str, FunctionEntry]) -> tuple[dict[str, FunctionEntry], tvm.IRModule]:
-        """Bind every cross-function reference to the callee's one GlobalVar and check the whole module."""
+    def _assemble(self, entries: dict[str, FunctionEntry], fresh: set[str] = frozenset()):
+        """Bind every cross-function reference to the callee's one GlobalVar and check the whole module.
+
+        PrimFuncs are self-contained, so only the `fresh` ones need TIR's own checks again.
+        """
         canonical = {name: e.gvar for name, e in entries.items()}
         pyfuncs = {n for n, e in entries.items() if e.kind == PYFUNC}
         bound = {}
@@ -190,7 +193,7 @@ class LiveModule:
                     entry = FunctionEntry(**{**entry.__dict__, "func": func})
             bound[name] = entry
         ir_mod = tvm.IRModule({e.gvar: e.func for e in bound.values()}, attrs={"base_py_module": True})
-        _check_well_formed(ir_mod, bound)
+        _check_well_formed(ir_mod, bound, fresh)
         return bound, ir_mod
 
     def _commit(self, fragments, parsed, entries, ir_mod, origins) -> None:
@@ -597,7 +600,7 @@ def _check_references(entry: FunctionEntry, canonical: Mapping[str, GlobalVar], 
             )
 
 
-def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry]) -> None:
+def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry], fresh: set[str]) -> None:
     try:
         relax.analysis.well_formed(ir_mod)
     except Exception as err:
@@ -607,7 +610,7 @@ def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry
             function=culprit.name if culprit else None, line=culprit.source.first_line if culprit else None,
         ) from err
     for name, entry in entries.items():
-        if entry.kind == PRIMFUNC:
+        if entry.kind == PRIMFUNC and name in fresh:
             try:  # the checks TVMScript's own parser runs on a PrimFunc
                 tvm.s_tir.analysis.verify_well_formed(entry.func)
                 if not entry.func.attrs.get("s_tir", False):
