@@ -212,6 +212,8 @@ class PyFuncTrampoline:
     def __init__(self, live, pyfunc: str, out_ty: list):
         self.live_ref = weakref.ref(live)
         self.pyfunc = pyfunc
+        if len(out_ty) == 1 and isinstance(out_ty[0], relax.TupleType):
+            out_ty = list(out_ty[0].fields)
         self.expected = [_spec_from_type(f"output {i}", ty) for i, ty in enumerate(out_ty)]
 
     def __call__(self, *args):

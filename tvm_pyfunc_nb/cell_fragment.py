@@ -42,6 +42,7 @@ class CellFragment:
     first_line: int
     functions: dict[str, FunctionSource] = field(default_factory=dict)
     full_class: str | None = None  # the class name when the body is a full `@I.ir_module` class
+    preamble: list[tuple[str, int]] = field(default_factory=list)  # (statement, cell line), run before the functions
 
     @property
     def names(self) -> list[str]:
@@ -54,9 +55,13 @@ def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragme
     body, offset, class_name = _module_body(tree, text, first_line)
     lines = text.splitlines(keepends=True)
     fragment = CellFragment(key=key, text=text, first_line=first_line, full_class=class_name)
-    for node in body:
+    for node in [*tree.body, *body] if class_name else body:
         line = node.lineno + first_line - 1
-        if _is_docstring_or_ignorable(node):
+        if _is_docstring_or_ignorable(node) or isinstance(node, ast.ClassDef):
+            continue
+        if _is_preamble(node):
+            if not (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+                fragment.preamble.append((ast.get_source_segment(text, node), line))
             continue
         if not isinstance(node, ast.FunctionDef):
             what = type(node).__name__
@@ -91,7 +96,7 @@ def _module_body(tree: ast.Module, text: str, first_line: int):
     if not classes:
         return tree.body, 0, None
     cls = classes[0]
-    others = [n for n in tree.body if n is not cls and not _is_docstring_or_ignorable(n)]
+    others = [n for n in tree.body if n is not cls and not _is_docstring_or_ignorable(n) and not _is_preamble(n)]
     if len(classes) > 1 or others:
         extra = classes[1] if len(classes) > 1 else others[0]
         raise CellSyntaxError(
@@ -112,6 +117,17 @@ def _is_docstring_or_ignorable(node: ast.stmt) -> bool:
         return True
     # `I.module_attrs({...})` as printed by TVM's own printer: carried by the module, not a function.
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _decorator_path(node.value) == ("I", "module_attrs")
+
+
+def _is_preamble(node: ast.stmt) -> bool:
+    """Imports, and `n = TypeVar("n")` as TVM's printer writes for symbolic shapes: run, not functions."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return True
+    return (
+        isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "TypeVar"
+    )
 
 
 def _decorator_path(node: ast.expr) -> tuple[str, str] | None:

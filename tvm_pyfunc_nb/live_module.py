@@ -30,7 +30,7 @@ from .compiled_module import CompiledPyModule
 from .compiler import CompileRecord, Compiler, CompileStats, relax_closure, sub_module
 from .errors import CallError, CompileError, IllFormedModuleError, TVMModuleError
 from .pyfunc_loader import (
-    PREBOUND, CellGlobals, forget_cell_text, load_pyfunc, register_cell_text, runtime_pyfunc_source,
+    CellGlobals, forget_cell_text, load_pyfunc, register_cell_text, run_preamble, runtime_pyfunc_source,
 )
 from .relax_rewrite import py_func_calls, rebind_global_vars, referenced_global_vars, rename_py_func_calls
 from .tensors import to_torch, to_tvm_args
@@ -141,8 +141,9 @@ class LiveModule:
         fragments = {} if reset else {k: f for k, f in self._fragments.items() if k != fragment.key}
         parsed = {} if reset else {k: p for k, p in self._parsed.items() if k != fragment.key}
         others = _owners(parsed)
-        namespace = {**self.namespace, **PREBOUND}
         cell_globals = CellGlobals(self.namespace)
+        run_preamble(fragment.preamble, filename, cell_globals)
+        namespace = {**self.namespace, **cell_globals}
         new_entries: dict[str, FunctionEntry] = {}
         pyfunc_stubs = {}
         for source in fragment.functions.values():

@@ -52,6 +52,15 @@ def forget_cell_text(filename: str) -> None:
     linecache.cache.pop(filename, None)
 
 
+def run_preamble(statements: list[tuple[str, int]], filename: str, globals_: CellGlobals) -> None:
+    """Run a cell's imports (and TypeVar lines) into the namespace its functions see."""
+    for statement, line in statements:
+        try:
+            exec(compile("\n" * (line - 1) + statement, filename, "exec"), globals_)
+        except Exception as err:
+            raise CellSyntaxError(f"{type(err).__name__}: {err}", line=line) from None
+
+
 def load_pyfunc(source: FunctionSource, filename: str, globals_: CellGlobals) -> Callable:
     """Execute the `def` of one pyfunc and return the function object."""
     padded = "\n" * (source.first_line - 1) + source.source
