@@ -161,10 +161,8 @@ def reindent(source: str, delta: int) -> str:
     frozen = _string_continuation_lines(source)
     out = []
     for number, line in enumerate(lines, start=1):
-        if number in frozen:
+        if number in frozen or not line.strip():
             out.append(line)
-        elif not line.strip():
-            out.append(line.lstrip(" \t"))
         elif delta >= 0:
             out.append(" " * delta + line)
         else:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import ast
 import html
-import io
-import tokenize
 
 import tvm
 from pygments import highlight
@@ -30,6 +28,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 from tvm import relax
 
+from .cell_fragment import reindent
 from .errors import CallError
 
 # PEP 695 output (`class Module[n]`-style) is chosen by default on Python >= 3.12
@@ -111,7 +110,9 @@ def highlight_html(code: str, style: str = "default") -> str:
     Inline styles (as in `tvm/script/highlight.py`) keep the colours the same
     in any page and leak nothing into it. Pygments escapes the code.
     """
-    return highlight(code, PythonLexer(), HtmlFormatter(noclasses=True, style=style))
+    # `white-space: pre`: long lines scroll rather than wrap, even where the page styles `pre` to wrap
+    formatter = HtmlFormatter(noclasses=True, style=style, prestyles="white-space: pre")
+    return highlight(code, PythonLexer(), formatter)
 
 
 def escape(text: object) -> str:
@@ -219,22 +220,5 @@ def _call_py_func_text(text: str, call: ast.Call) -> str:
 
 
 def _reindent(source: str, delta: int) -> str:
-    """Shift every line by `delta` columns, except the inside of multi-line tokens.
-
-    The only tokens spanning lines are strings (docstrings, string constants,
-    f-string parts); their continuation lines are content, kept exactly, where
-    `textwrap.indent`/`dedent` would change them. Blank lines stay as they are.
-    """
-    frozen = set()
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        frozen.update(range(token.start[0] + 1, token.end[0] + 1))
-    out = []
-    for number, line in enumerate(source.splitlines(keepends=True), start=1):
-        if number in frozen or not line.strip():
-            out.append(line)
-        elif delta >= 0:
-            out.append(" " * delta + line)
-        else:
-            out.append(line[min(-delta, len(line) - len(line.lstrip(" "))) :])
-    text = "".join(out)
+    text = reindent(source, delta)
     return text if text.endswith("\n") else text + "\n"
