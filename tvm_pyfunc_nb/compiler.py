@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import tvm
@@ -21,6 +22,7 @@ from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
+from .crash_guards import guard_division, missing_symbols
 from .errors import CompileError
 
 MAX_KEPT_LIBRARIES = 256
@@ -48,6 +50,7 @@ class CompileStats:
     cache_hits: int = 0
 
     def since(self, mark: int) -> list[CompileRecord]:
+        """The compiles after position `mark` (a `len(stats.compiles)` taken earlier)."""
         return self.compiles[mark:]
 
     def __repr__(self) -> str:
@@ -64,9 +67,12 @@ class Compiler:
         self.target_name = target
         self.stats = stats
         self.persistent = persistent
+        # `on_compile(kind, names)`: a context manager around each TVM build (views show long ones)
+        self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, object]]] = OrderedDict()
 
     def clear(self) -> None:
+        """Forget every compiled library this compiler keeps in memory."""
         self._libs.clear()
 
     # -- PrimFuncs -----------------------------------------------------------------
@@ -84,16 +90,24 @@ class Compiler:
                 self.stats.cache_hits += 1
                 self._remember(key, func, lib)
                 return lib
-        lib = self._build_prim_func(name, func)
+        with self._compiling("tir", (name,)):
+            lib = self._build_prim_func(name, func)
         self._remember(key, func, lib)
         if self.persistent and not isinstance(lib, CompileError):
             self.persistent.store(name, func, self.target_key, lib)
         return _raise_if_failed(lib, name)
 
     def _build_prim_func(self, name: str, func: tvm.tirx.PrimFunc):
+        missing = missing_symbols(func) if self.target.kind.name == "llvm" else []
+        if missing:  # LLVM's JIT would hand back an address that segfaults when called
+            return CompileError(
+                f"does not compile for target {self.target_name}: calls external symbol(s) "
+                f"{', '.join(missing)}, which this process does not provide", function=name,
+            )
         start = time.perf_counter()
         try:
-            mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
+            guarded = guard_division(func, name)
+            mod = tvm.IRModule({tvm.ir.GlobalVar(name): guarded.with_attr("global_symbol", name)})
             lib = tvm.tirx.build(mod, target=self.target)
             lib.get_function(name)  # JIT now, so the time is counted here and not at the first call
         except Exception as err:  # TVM raises many error types; each means "this PrimFunc does not compile"
@@ -116,7 +130,7 @@ class Compiler:
         start = time.perf_counter()
         names = tuple(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
         try:
-            with self.target:
+            with self.target, self._compiling("vm", names):
                 lowered = relax.get_pipeline("default")(mod)
             builder = relax.ExecBuilder()
             leftover = _vmcodegen(builder, lowered)
@@ -134,6 +148,9 @@ class Compiler:
         finally:
             self._record("vm", names, start)
         return vm
+
+    def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
+        return self.on_compile(kind, names) if self.on_compile else nullcontext()
 
     def _record(self, kind: str, names: Iterable[str], start: float) -> None:
         seconds = time.perf_counter() - start
@@ -173,5 +190,6 @@ def relax_closure(names: Iterable[str], mod: tvm.IRModule) -> set[str]:
 
 
 def sub_module(mod: tvm.IRModule, names: Iterable[str]) -> tvm.IRModule:
+    """The functions of `mod` named in `names`, as a module with the same attrs."""
     keep = set(names)
     return tvm.IRModule({gv: f for gv, f in mod.functions_items() if gv.name_hint in keep}, attrs=mod.attrs)

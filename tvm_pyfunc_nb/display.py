@@ -1,25 +1,364 @@
-"""What a cell shows: the text views (widgets build on these)."""
+"""What a view shows, as text and as HTML, and the entry points the magics call.
+
+A view is one of the ipywidgets in `widgets.py`; they are containers of the
+HTML fragments made here. The same fragments make the `text/html` of a view's
+mimebundle, for front ends without widgets (nbconvert, plain renderers), and
+`text/plain` is deterministic — functions, kinds, notices and shapes, never
+timings, values, ids or addresses — so saved notebooks diff cleanly and nbval
+can compare it. Everything a user wrote or a call produced is escaped:
+`printer.escape` for text, Pygments (`printer.highlight_html`) for code.
+"""
 
 from __future__ import annotations
 
+import inspect
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .calling import CallRecord, specs_of
+from .cell_fragment import PRIMFUNC, PYFUNC, RELAX
+from .compiler import CompileRecord
+from .errors import TVMModuleError
 from .live_module import LiveModule, UpdateResult
+from .printer import escape, highlight_html, member_sources, module_script
+from .tensors import describe, to_torch
+
+if TYPE_CHECKING:
+    from .widgets import CellWidget, ModuleWidget
+
+MAX_VALUES = 6  # values of a tensor shown in a results pane
+MAX_REPR = 80  # characters of a non-tensor value shown
+
+# Every view on screen; the widgets library keeps a view alive until it is closed.
+# A compile watch reads it from its own thread, hence the lock.
+_views: weakref.WeakSet = weakref.WeakSet()
+_views_lock = threading.Lock()
 
 
-class CellView:
-    """The output of a `%%tvmmodule` cell."""
+# -- entry points ----------------------------------------------------------------------
+def cell_view(live: LiveModule, result: UpdateResult) -> CellWidget:
+    """The output of a `%%tvmmodule` cell: each function it defines, script beside latest call.
 
-    def __init__(self, live: LiveModule, result: UpdateResult):
-        self.live, self.result = live, result
+    A new view of a cell closes the view of that cell's previous run.
+    """
+    from .widgets import CellWidget  # ipywidgets only once a view is made; widgets uses this module
 
-    def __repr__(self) -> str:
-        return self.result.summary()
+    view = CellWidget(live, result)
+    for old in views_of(live):
+        if view.cell_key is not None and getattr(old, "cell_key", None) == view.cell_key:
+            with _views_lock:
+                _views.discard(old)
+            old.close()
+    return _register(view)
 
-    def _repr_pretty_(self, printer, cycle) -> None:
-        printer.text(repr(self))
+
+def module_view(live: LiveModule) -> ModuleWidget:
+    """`NAME.show()`: a tab per function (script and latest call), the module script, PyTorch."""
+    from .widgets import ModuleWidget
+
+    return _register(ModuleWidget(live))
 
 
+def show(live: LiveModule) -> None:
+    """Display the module view of `live` now."""
+    from IPython.display import display
+
+    display(module_view(live))
+
+
+def refresh_views() -> None:
+    """Bring every view up to date with the latest calls (the magics call this after each cell)."""
+    with _views_lock:
+        views = list(_views)
+    for view in views:
+        view.refresh()
+
+
+def views_of(live: LiveModule) -> list:
+    with _views_lock:
+        return [view for view in _views if view.live is live]
+
+
+def _register(view):
+    from .widgets import watch_compiles
+
+    with _views_lock:
+        _views.add(view)
+    watch_compiles(view.live)
+    return view
+
+
+# -- scripts ---------------------------------------------------------------------------
+def scripts(live: LiveModule) -> tuple[str, dict[str, str]]:
+    """The module's TVMScript, and each function's as `printer.function_script` gives it.
+
+    The module is printed once for all its functions rather than once per function.
+    """
+    script = module_script(live.name, live.ir_mod)
+    return script, member_sources(script)
+
+
+def script_html(code: str) -> str:
+    return f'<div style="{_CODE}">{highlight_html(code)}</div>'
+
+
+# -- one function's latest call ------------------------------------------------------------
+@dataclass(frozen=True)
+class ValueSummary:
+    """One argument or output of a call, as a results pane shows it."""
+
+    label: str  # parameter name, "out", "out 1"
+    kind: str  # "float32[4]" for a tensor, else the type name
+    values: str  # the first few values, or a short repr
+    stats: str  # "min 0 · max 3 · mean 1.5" for a numeric tensor, else ""
+
+
+def summarize(label: str, value: Any) -> ValueSummary:
+    value = to_torch(value)
+    if not isinstance(value, torch.Tensor):
+        text = repr(value)
+        short = text if len(text) <= MAX_REPR else text[:MAX_REPR] + "…"
+        return ValueSummary(label, type(value).__name__, short, "")
+    flat = value.detach().reshape(-1)
+    shown = ", ".join(_number(v) for v in flat[:MAX_VALUES].cpu().tolist())
+    more = ", …" if flat.numel() > MAX_VALUES else ""
+    return ValueSummary(label, describe(value), f"[{shown}{more}]", _stats(flat))
+
+
+def _stats(flat: torch.Tensor) -> str:
+    if flat.numel() == 0 or flat.dtype.is_complex:
+        return ""
+    if flat.dtype == torch.bool:
+        return f"{int(flat.sum())} of {flat.numel()} true"
+    low, high = _number(flat.min().item()), _number(flat.max().item())
+    mean = _number(flat.mean(dtype=torch.float64).item())
+    return f"min {low} · max {high} · mean {mean}"
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def call_summaries(
+    live: LiveModule, name: str, record: CallRecord
+) -> tuple[list[ValueSummary], list[ValueSummary]]:
+    """The arguments and the outputs of a call; a PrimFunc writes its outputs into its arguments."""
+    params = _param_names(live, name)
+    args = [summarize(params[i] if i < len(params) else f"arg {i}", arg)
+            for i, arg in enumerate(record.args)]
+    if record.error is not None or (record.result is None and live.functions.get(name) == PRIMFUNC):
+        return args, []
+    result = to_torch(record.result)
+    outputs = result if isinstance(result, tuple) else (result,)
+    labels = ["out"] if len(outputs) == 1 else [f"out {i}" for i in range(len(outputs))]
+    return args, [summarize(label, out) for label, out in zip(labels, outputs)]
+
+
+def _param_names(live: LiveModule, name: str) -> list[str]:
+    entry = live.entry(name)
+    if entry.kind == PYFUNC:
+        params = list(inspect.signature(entry.pyfunc).parameters)
+        return params[1:] if entry.takes_self else params
+    return [spec.name for spec in specs_of(entry.func)]
+
+
+def compiles_during(live: LiveModule, record: CallRecord) -> list[CompileRecord]:
+    """What a call compiled: its own `compiled`, else the compiles that ran while it did.
+
+    A PrimFunc or Relax call carries the compiles it needed; a pyfunc's record
+    has none of its own, but its body may have compiled what it calls.
+    """
+    if record.compiled:
+        return list(record.compiled)
+    start = record.when - record.seconds
+    during = []
+    for compile_ in reversed(live.stats.compiles):
+        if compile_.when < start:
+            break
+        if compile_.when <= record.when:
+            during.append(compile_)
+    return during[::-1]
+
+
+def results_html(live: LiveModule, name: str, record: CallRecord | None) -> str:
+    """The results pane: the latest call of `name` — values, time, compiles, error."""
+    kind = live.functions.get(name, "?")
+    title = f"<b>{escape(name)}</b> {_badge(kind)}"
+    if record is None:
+        return f'<div style="{_PANE}"><div>{title}</div>{_muted("not called yet", "div")}</div>'
+    when = time.strftime("%H:%M:%S", time.localtime(record.when))
+    head = f'<div style="margin-bottom:4px">{title} '
+    head += _muted(f"latest call {when} · {_duration(record.seconds)}") + "</div>"
+    args, outputs = call_summaries(live, name, record)
+    first = "args" if kind == PRIMFUNC else "in"  # a PrimFunc's arguments include its outputs
+    rows = [_value_row(first if i == 0 else "", v) for i, v in enumerate(args)]
+    rows += [_value_row("out" if i == 0 else "", v) for i, v in enumerate(outputs)]
+    table = f'<table style="{_TABLE}">{"".join(rows)}</table>' if rows else ""
+    error = ""
+    if record.error is not None:
+        error = f'<pre style="{_ERROR}">{escape(_error_text(record.error))}</pre>'
+    compiled = ", ".join(escape(c) for c in compiles_during(live, record)) or "nothing"
+    facts = _muted(f"compiled on this call: {compiled}<br>"
+                   f"cache hits (module, so far): {live.stats.cache_hits}", "div")
+    return f'<div style="{_PANE}">{head}{table}{error}{facts}</div>'
+
+
+def replaced_html(live: LiveModule, name: str) -> str:
+    """The pane of a function a later cell redefined or removed: it no longer updates."""
+    if name in live.functions:
+        now = "is now defined by a later cell"
+    else:
+        now = f"is no longer in module {live.name}"
+    note = _muted(f"{escape(now)}; this pane no longer updates", "div")
+    return f'<div style="{_PANE}"><b>{escape(name)}</b> {note}</div>'
+
+
+def _value_row(section: str, value: ValueSummary) -> str:
+    values = f"<code>{escape(value.values)}</code>"
+    if value.stats:
+        values += "<br>" + _muted(escape(value.stats))
+    cells = [_muted(section), f"<b>{escape(value.label)}</b>", f"<code>{escape(value.kind)}</code>",
+             values]
+    return "<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in cells) + "</tr>"
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _badge(kind: str) -> str:
+    colour = _KIND_COLOURS.get(kind, "#666")
+    return f'<span style="{_BADGE}background:{colour}">{escape(kind)}</span>'
+
+
+def _muted(html: str, tag: str = "span") -> str:
+    return f'<{tag} style="{_MUTED}">{html}</{tag}>'
+
+
+def function_row_html(script: str, results: str) -> str:
+    """Script left, results right: the static twin of a widget's function pane."""
+    return (f'<div style="display:flex;gap:12px;align-items:flex-start;margin:4px 0">'
+            f'<div style="flex:3 1 0;min-width:0;overflow:auto">{script}</div>'
+            f'<div style="flex:2 1 0;min-width:14em">{results}</div></div>')
+
+
+def compile_progress_html(compiling: list[tuple[str, tuple[str, ...], float]]) -> str:
+    """`[(kind, names, seconds so far)]` of the compiles running now."""
+    parts = [f"{escape(kind)} {escape(', '.join(names))} ({seconds:.1f} s)"
+             for kind, names, seconds in compiling]
+    return f'<div style="{_PROGRESS}">⏳ compiling {" · ".join(parts)}…</div>'
+
+
+# -- a cell ----------------------------------------------------------------------------
+def cell_text(live: LiveModule, result: UpdateResult) -> str:
+    kinds = live.functions
+    defined = ", ".join(f"{name} ({kinds.get(name, '?')})" for name in result.defined)
+    lines = [f"{result.module}: this cell defines {defined or 'nothing'}"]
+    lines += [f"  {name} replaces the definition from {origin}"
+              for name, origin in result.replaced.items()]
+    if result.removed:
+        lines.append(f"  removed from {result.module}: {', '.join(result.removed)}")
+    return "\n".join(lines)
+
+
+def notices_html(live: LiveModule, result: UpdateResult) -> str:
+    kinds = live.functions
+    defined = ", ".join(f"<code>{escape(n)}</code> {_badge(kinds.get(n, '?'))}"
+                        for n in result.defined)
+    lines = [f"<b>{escape(result.module)}</b>: this cell defines {defined or 'nothing'}"]
+    lines += [f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
+              for n, origin in result.replaced.items()]
+    if result.removed:
+        removed = ", ".join(f"<code>{escape(n)}</code>" for n in result.removed)
+        lines.append(f"removed from {escape(result.module)}: {removed}")
+    if result.compiled:
+        lines.append("compiled now: " + ", ".join(escape(c) for c in result.compiled))
+    return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
+
+
+def cell_html(live: LiveModule, result: UpdateResult, scripts: dict[str, str]) -> str:
+    rows = [function_row_html(script_html(scripts[name]),
+                              results_html(live, name, live.last_calls.get(name)))
+            for name in result.defined]
+    return f'<div style="{_VIEW}">{notices_html(live, result)}{"".join(rows)}</div>'
+
+
+# -- a module --------------------------------------------------------------------------
+def module_text(live: LiveModule) -> str:
+    kinds = live.functions
+    width = max((len(n) for n in kinds), default=0)
+    lines = [repr(live)]
+    for name, kind in kinds.items():
+        call = _call_text(live, name, live.last_calls.get(name))
+        lines.append(f"  {name:<{width}}  {kind:<6}  {call}")
+    return "\n".join(lines)
+
+
+def _call_text(live: LiveModule, name: str, record: CallRecord | None) -> str:
+    if record is None:
+        return "not called yet"
+    if record.error is not None:
+        return f"latest call failed ({type(record.error).__name__})"
+    args, outputs = call_summaries(live, name, record)
+    signature = ", ".join(v.kind for v in args)
+    returned = f" -> {', '.join(v.kind for v in outputs)}" if outputs else ""
+    return f"latest call ({signature}){returned}"
+
+
+def torch_sources(live: LiveModule) -> dict[str, str] | None:
+    """`NAME.as_torch(fn)` of each Relax function; None without Relax functions or `as_torch`."""
+    if not hasattr(type(live), "as_torch"):
+        return None
+    sources = {}
+    for name, kind in live.functions.items():
+        if kind == RELAX:
+            try:
+                sources[name] = live.as_torch(name)
+            except TVMModuleError as err:
+                sources[name] = f"# {name} has no PyTorch form: {err}\n"
+    return sources or None
+
+
+def torch_html(sources: dict[str, str]) -> str:
+    return "".join(f"<div><b>{escape(name)}</b></div>{script_html(code)}"
+                   for name, code in sources.items())
+
+
+def module_html(live: LiveModule) -> str:
+    """The module view as static HTML: its tabs become `<details>` sections."""
+    script, members = scripts(live)
+    sections = []
+    for name, kind in live.functions.items():
+        row = function_row_html(script_html(members[name]),
+                                results_html(live, name, live.last_calls.get(name)))
+        sections.append(_details(f"{escape(name)} {_badge(kind)}", row, opened=not sections))
+    sections.append(_details("module script", script_html(script)))
+    torch_code = torch_sources(live)
+    if torch_code:
+        sections.append(_details("PyTorch", torch_html(torch_code)))
+    return f'<div style="{_VIEW}">{_muted(escape(repr(live)), "div")}{"".join(sections)}</div>'
+
+
+def _details(summary: str, body: str, opened: bool = False) -> str:
+    return f'<details{" open" if opened else ""}><summary>{summary}</summary>{body}</details>'
+
+
+# -- %tvmmodules -----------------------------------------------------------------------
 class ModuleList:
-    """`%tvmmodules`: one line per live module."""
+    """`%tvmmodules`: each live module with its functions by kind, compiled or stale."""
 
     def __init__(self, modules: list[LiveModule]):
         self.modules = modules
@@ -27,15 +366,56 @@ class ModuleList:
     def __repr__(self) -> str:
         if not self.modules:
             return "no live modules"
-        return "\n".join(repr(m) for m in self.modules)
+        return "\n".join(self._line(m) for m in self.modules)
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(repr(self))
 
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        return {"text/plain": repr(self), "text/html": self._html()}
 
-def cell_view(live: LiveModule, result: UpdateResult) -> CellView:
-    return CellView(live, result)
+    @staticmethod
+    def _line(live: LiveModule) -> str:
+        kinds = ", ".join(f"{len(names)} {kind}" + (f" ({', '.join(names)})" if names else "")
+                          for kind, names in _by_kind(live).items())
+        return f"{live.name}: {kinds}; {_state(live)}; target {live.target}"
+
+    def _html(self) -> str:
+        if not self.modules:
+            return _muted("no live modules", "div")
+        columns = ("module", PYFUNC, PRIMFUNC, RELAX, "state", "target")
+        head = "".join(f'<th style="{_CELL}">{column}</th>' for column in columns)
+        rows = []
+        for live in self.modules:
+            names = [", ".join(escape(n) for n in names) for names in _by_kind(live).values()]
+            cells = [f"<b>{escape(live.name)}</b>", *names, _state(live), escape(live.target)]
+            rows.append("<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in cells) + "</tr>")
+        return f'<table style="{_FONT}{_TABLE}"><tr>{head}</tr>{"".join(rows)}</table>'
 
 
-def refresh_views() -> None:
-    """Bring every shown view up to date with the latest calls (after each cell)."""
+def _by_kind(live: LiveModule) -> dict[str, list[str]]:
+    kinds = live.functions
+    return {kind: [n for n, k in kinds.items() if k == kind] for kind in (PYFUNC, PRIMFUNC, RELAX)}
+
+
+def _state(live: LiveModule) -> str:
+    return "stale" if live.is_stale else "compiled"
+
+
+# -- styles (inline, so a view looks the same in any page and leaks nothing into it) ------
+_FONT = "font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:12px;line-height:1.4;"
+_VIEW = _FONT + "display:flex;flex-direction:column;gap:6px;"
+_NOTICES = _FONT + "padding:4px 8px;border-left:3px solid #4a7bd0;background:rgba(74,123,208,0.08);"
+_PANE = _FONT + "padding:6px 8px;border:1px solid rgba(128,128,128,0.35);border-radius:4px;"
+# `width:0;min-width:100%`: as wide as its pane, however long its lines (they scroll)
+_CODE = ("font-size:12px;line-height:1.35;border:1px solid rgba(128,128,128,0.35);"
+         "border-radius:4px;overflow:auto;max-height:32em;background:#f8f8f8;padding:4px 8px;"
+         "box-sizing:border-box;width:0;min-width:100%;")
+_MUTED = "opacity:0.75;"
+_TABLE = "border-collapse:collapse;margin:2px 0 4px 0;font-size:inherit;"
+_CELL = "padding:2px 10px 2px 0;text-align:left;vertical-align:top;white-space:nowrap;"
+_ERROR = ("white-space:pre-wrap;color:#b00020;background:rgba(176,0,32,0.06);margin:4px 0;"
+          "padding:4px;font-size:12px;")
+_PROGRESS = _FONT + "padding:2px 8px;color:#8a5a00;background:rgba(255,176,0,0.12);"
+_BADGE = "color:white;border-radius:3px;padding:0 5px;font-size:11px;"
+_KIND_COLOURS = {PYFUNC: "#3572a5", PRIMFUNC: "#b0601a", RELAX: "#2e7d32"}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import tvm
 import tvm_ffi
 from tvm import relax, tirx
@@ -22,11 +23,12 @@ from tvm.ir import GlobalVar
 
 from . import py_registry
 from .calling import (
-    CallRecord, PyFuncTrampoline, allocate_outputs, explain_bad_call, pyfunc_error, specs_of,
-    take_pending_error,
+    CallRecord, PyFuncTrampoline, allocate_outputs, bad_pyfunc_arguments, explain_bad_call, keywords_to_positions,
+    pyfunc_error, specs_of, take_pending_error, takes_as_is,
 )
 from .cell_fragment import PRIMFUNC, PYFUNC, RELAX, CellFragment, FunctionSource, split_cell
 from .compiled_module import CompiledPyModule
+from .crash_guards import out_of_bounds
 from .compiler import CompileRecord, Compiler, CompileStats, relax_closure, sub_module
 from .errors import CallError, CompileError, IllFormedModuleError, TVMModuleError
 from .pyfunc_loader import (
@@ -53,10 +55,12 @@ class FunctionEntry:
 
     @property
     def kind(self) -> str:
+        """"pyfunc", "tir" or "relax"."""
         return self.source.kind
 
     @property
     def name(self) -> str:
+        """The function's name in the module."""
         return self.source.name
 
 
@@ -80,10 +84,36 @@ class UpdateResult:
 
 
 class LiveModule:
-    """A module of pyfuncs, PrimFuncs and Relax functions that cells change in place.
+    """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
 
-    `NAME.fn(*args)` calls `fn` whatever its kind, compiling first if needed;
-    see the SPEC ("The live module") for the rest of the surface.
+    `%%tvmmodule NAME` cells build one and bind it to `NAME`; without IPython,
+    `LiveModule(name).run_cell(body)` does what such a cell does. Nothing
+    compiles until a call needs it, and then only what changed.
+
+    Calling (torch tensors in and out, zero-copy through DLPack; numpy arrays
+    and tvm tensors are accepted as inputs):
+        NAME.fn(*args)                        call `fn`, whatever its kind; a PrimFunc
+                                              destination-passing style, outputs included
+        NAME.call_tir(fn, args, out_ty)       allocate the outputs `out_ty` describes, run PrimFunc `fn`
+        NAME.call_py_func(name, args)         call pyfunc `name`
+        NAME.add_python_function(name, fn)    add a Python function as a pyfunc at run time
+
+    Looking:
+        NAME.functions        `{name: kind}`, kind "pyfunc", "tir" or "relax"
+        NAME.script()         the whole module as TVMScript that parses back, pyfuncs included
+        NAME.show()           the module's widget: a tab per function, with its latest call
+        NAME.as_torch("fn")   Relax function `fn` as PyTorch source, what it cannot map flagged
+        NAME.ir_mod           the current `tvm.IRModule`
+        NAME.last_calls       the latest call of each function: arguments, result, time
+
+    Compiling:
+        NAME.compile()        compile what changed now rather than at the next call
+        NAME.recompile()      compile everything again, bypassing every cache
+        NAME.module           the compiled module as TVM's own `BasePyModule`
+        NAME.stats            every TVM compile (`stats.compiles`) and cache hit (`stats.cache_hits`)
+
+    A mistake raises a `TVMModuleError` that names the function and the cell
+    line; a cell or a call that fails leaves the module as it was.
     """
 
     def __init__(
@@ -98,11 +128,11 @@ class LiveModule:
         self.name = name
         self.target = target
         self.device_name = device
-        self.device = tvm.runtime.device(*_split_device(device))
+        self.device = _device(device)
         self.namespace = namespace if namespace is not None else {}
         self.stats = CompileStats()
         self.last_calls: dict[str, CallRecord] = {}
-        self._compiler = Compiler(target, self.stats, persistent_cache)
+        self._compiler = _compiler(target, self.device, self.stats, persistent_cache)
         self._prefix = py_registry.new_prefix(name)
         self._fragments: dict[object, CellFragment] = {}
         self._parsed: dict[object, dict[str, FunctionEntry]] = {}
@@ -116,6 +146,7 @@ class LiveModule:
         self._vm_failures: dict[str, CompileError] = {}
         self._registry_names: set[str] = set()
         self._compiled_generation = -1
+        self._closed = False
 
     # -- cells ---------------------------------------------------------------------
     def run_cell(self, text: str, *, key: object = None, origin: str | None = None, reset: bool = False,
@@ -164,10 +195,22 @@ class LiveModule:
         fragments[fragment.key] = fragment
         parsed[fragment.key] = ordered
         entries = _owners(parsed)
-        entries, ir_mod = self._assemble(entries, fresh=set(ordered))
+        try:
+            entries, ir_mod = self._assemble(entries, fresh=set(ordered))
+        except IllFormedModuleError as err:
+            raise self._blame_other_cell(err, entries, fragment.key) from err.__cause__
         result = self._describe_update(fragment, ordered, entries, origin)
         self._commit(fragments, parsed, entries, ir_mod, {fragment.key: origin})
         return result
+
+    def _blame_other_cell(self, err: IllFormedModuleError, entries, key) -> IllFormedModuleError:
+        """An error about a function of another cell: its line is not a line of this cell, so say whose it is."""
+        culprit = entries.get(err.function)
+        if culprit is None or culprit.cell_key == key or err.line is None:
+            return err
+        origin = self._origins.get(culprit.cell_key, "an earlier cell")
+        return IllFormedModuleError(f"{err.detail} (`{err.function}` is defined in {origin}, line {err.line})",
+                                    function=err.function)
 
     def _describe_update(self, fragment, ordered, entries, origin) -> UpdateResult:
         result = UpdateResult(self.name, defined=list(ordered))
@@ -189,7 +232,11 @@ class LiveModule:
         for name, entry in entries.items():
             if entry.kind == RELAX:
                 _check_references(entry, canonical, pyfuncs)
-                func = rebind_global_vars(entry.func, canonical)
+                try:
+                    func = rebind_global_vars(entry.func, canonical)
+                except Exception as err:  # TVM normalizes while rebinding and refuses what does not fit
+                    raise IllFormedModuleError(f"does not fit the module: {_last_line(err)}", function=name,
+                                               line=entry.source.first_line) from err
                 if not func.same_as(entry.func):
                     entry = FunctionEntry(**{**entry.__dict__, "func": func})
             bound[name] = entry
@@ -210,7 +257,7 @@ class LiveModule:
         self._fragments, self._parsed, self._entries, self._ir_mod = fragments, parsed, entries, ir_mod
         self._origins.update(origins)
         self._generation += 1
-        self._callables.clear()
+        self._forget_callables()
         for name in [n for n in self.last_calls if n not in entries]:
             del self.last_calls[name]
 
@@ -254,16 +301,19 @@ class LiveModule:
         return {name: e.kind for name, e in self._entries.items()}
 
     def entry(self, name: str) -> FunctionEntry:
+        """What the module knows of function `name`: source, kind, cell, TVM function; `CallError` if none."""
         try:
             return self._entries[name]
         except KeyError:
             raise _unknown_function(self, name) from None
 
     def cell_functions(self, key: object) -> list[str]:
+        """The functions cell `key` defines and still owns (a cell run later may have taken some over)."""
         return [n for n in self._parsed.get(key, {}) if self._entries.get(n) and self._entries[n].cell_key == key]
 
     @property
     def is_stale(self) -> bool:
+        """True when the module changed since its last compile: the next call compiles what changed."""
         return self._compiled_generation != self._generation
 
     def __repr__(self) -> str:
@@ -282,7 +332,7 @@ class LiveModule:
         return module_script(self.name, self._ir_mod)
 
     def show(self) -> None:
-        """Display the module's widget: a tab per function (script and latest results), the module script."""
+        """Display the module's widget: a tab per function (script, latest call), the whole script."""
         from .display import show
 
         show(self)
@@ -314,7 +364,7 @@ class LiveModule:
         for name, entry in self._entries.items():
             try:
                 if entry.kind == PRIMFUNC:
-                    self._compiler.prim_func(name, entry.func)
+                    self._compiled_prim_func(entry)
             except CompileError as err:
                 errors.append(err)
         if any(e.kind == RELAX for e in self._entries.values()):
@@ -335,7 +385,7 @@ class LiveModule:
         if any(e.kind == RELAX for e in self._entries.values()):
             self._ensure_vm(use_cache=False)
         self._compiled_generation = self._generation
-        self._callables.clear()
+        self._forget_callables()
         return self.stats.since(mark)
 
     @property
@@ -345,6 +395,12 @@ class LiveModule:
         tir = {n: self._compiler.prim_func(n, e.func)[n] for n, e in self._entries.items() if e.kind == PRIMFUNC}
         pyfuncs = {n: e.pyfunc for n, e in self._entries.items() if e.kind == PYFUNC}
         return CompiledPyModule(self._ir_mod, self.device, self._compiler.target, tir, self._vm, pyfuncs)
+
+    def _compiled_prim_func(self, entry: FunctionEntry):
+        try:
+            return self._compiler.prim_func(entry.name, entry.func)
+        except CompileError as err:
+            raise CompileError(err.detail, function=entry.name, line=entry.source.first_line) from None
 
     def _ensure_vm(self, use_cache: bool = True):
         """The Relax VM for the current module, rebuilt only when a Relax function or what it calls changed."""
@@ -370,9 +426,10 @@ class LiveModule:
             try:
                 self._compiler.relax_vm(self._vm_module(relax_closure([name], self._ir_mod)), self.device,
                                         use_cache=use_cache)
-            except CompileError as err:
-                failures[name] = CompileError(err.detail, function=err.function or name,
-                                              line=self._entries[name].source.first_line)
+            except CompileError as err:  # `name` itself, or a PrimFunc it calls (then that one is to blame)
+                culprit = err.function if err.function in self._entries else name
+                detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
+                failures[name] = CompileError(detail, function=culprit, line=self._entries[culprit].source.first_line)
         good = [n for n in relax_names if n not in failures]
         good = [n for n in good if not (relax_closure([n], self._ir_mod) & set(failures))]
         for name in set(relax_names) - set(good) - set(failures):
@@ -390,19 +447,20 @@ class LiveModule:
         for gv, func in mod.functions_items():
             if isinstance(func, relax.Function):
                 counter = itertools.count()
-                func = rename_py_func_calls(func, lambda py, ty, caller=gv.name_hint, c=counter:
-                                            self._trampoline(caller, py, ty, next(c)))
+                func = rename_py_func_calls(func, lambda py, ty, in_ty, caller=gv.name_hint, c=counter:
+                                            self._trampoline(caller, py, ty, next(c), in_ty))
             functions[gv] = func
         return tvm.IRModule(functions)
 
-    def _trampoline(self, caller: str, pyfunc: str, out_ty: list, index: int) -> str:
+    def _trampoline(self, caller: str, pyfunc: str, out_ty: list, index: int, in_ty: list) -> str:
         name = f"{self._prefix}.{caller}.{pyfunc}.{index}"
-        py_registry.register(name, PyFuncTrampoline(self, pyfunc, out_ty))
+        py_registry.register(name, PyFuncTrampoline(self, pyfunc, out_ty, in_ty).ffi_function())
         self._registry_names.add(name)
         return name
 
     # -- calling -------------------------------------------------------------------
     def __getattr__(self, name: str):
+        """`NAME.fn`: a callable for function `fn`, compiled at its first call; `CallError` if there is none."""
         if name.startswith("_"):
             raise AttributeError(name)
         try:
@@ -416,6 +474,8 @@ class LiveModule:
 
     def _callable(self, name: str) -> Callable:
         """Compile what `name` needs and return its fast callable (kept until the module changes)."""
+        if self._closed:
+            raise CallError(f"module `{self.name}` was dropped; run its cells again to rebuild it", function=name)
         entry = self.entry(name)
         if entry.kind == PYFUNC:
             fast = self._pyfunc_callable(entry)
@@ -424,19 +484,32 @@ class LiveModule:
         else:
             fast = self._relax_callable(entry)
         self._callables[name] = fast
+        if name not in self.__dict__ and not hasattr(type(self), name):
+            self.__dict__[name] = fast  # `NAME.fn` is now a plain attribute lookup, without `__getattr__`
         return fast
 
+    def _forget_callables(self) -> None:
+        for name, fast in self._callables.items():
+            if self.__dict__.get(name) is fast:
+                del self.__dict__[name]
+        self._callables.clear()
+
+    def _fast(self, name: str) -> Callable:
+        return self._callables.get(name) or self._callable(name)
+
     def _pyfunc_callable(self, entry: FunctionEntry) -> Callable:
-        func, name, line, live = entry.pyfunc, entry.name, entry.source.first_line, self
+        func, name, line, live, takes_self = entry.pyfunc, entry.name, entry.source.first_line, self, entry.takes_self
+        perf_counter, now = time.perf_counter, time.time
 
         def call(*args, **kwargs):
-            start = time.perf_counter()
+            start = perf_counter()
             try:
-                out = func(live, *args, **kwargs) if entry.takes_self else func(*args, **kwargs)
+                out = func(live, *args, **kwargs) if takes_self else func(*args, **kwargs)
             except BaseException as err:
                 live._record(name, args, None, start, (), err)
-                raise pyfunc_error(name, line, err) from err
-            live._record(name, args, out, start, ())
+                raise bad_pyfunc_arguments(name, func, entry.takes_self, args, kwargs, err) or pyfunc_error(
+                    name, line, err) from err
+            live.last_calls[name] = CallRecord(args, out, perf_counter() - start, (), None, now())
             return out
 
         call.__name__ = call.__qualname__ = name
@@ -446,25 +519,28 @@ class LiveModule:
     def _primfunc_callable(self, entry: FunctionEntry) -> Callable:
         name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
         mark = len(self.stats.compiles)
-        compiled_fn = self._compiler.prim_func(name, entry.func)[name]
+        compiled_fn = self._compiled_prim_func(entry)[name]
         compiled = tuple(self.stats.since(mark))
+        perf_counter, now = time.perf_counter, time.time
 
-        def call(*args):
+        def call(*args, **kwargs):
+            nonlocal compiled
+            if kwargs:
+                args = keywords_to_positions(name, specs, args, kwargs)
             if live._generation != generation:
-                return getattr(live, name)(*args)
-            start = time.perf_counter()
+                return live._fast(name)(*args)
+            start = perf_counter()
             try:
-                out = compiled_fn(*to_tvm_args(args))
+                out = compiled_fn(*args) if takes_as_is(args) else compiled_fn(*to_tvm_args(args))
             except Exception as err:
-                error = explain_bad_call(name, specs, args, err)
+                error = explain_bad_call(name, specs, args, err, live.device)
                 live._record(name, args, None, start, (), error)
                 raise error from err
-            live._record(name, args, out, start, call.compiled)
-            call.compiled = ()
+            live.last_calls[name] = CallRecord(args, out, perf_counter() - start, compiled, None, now())
+            compiled = ()
             return out
 
         call.__name__ = call.__qualname__ = name
-        call.compiled = compiled
         return call
 
     def _relax_callable(self, entry: FunctionEntry) -> Callable:
@@ -476,27 +552,32 @@ class LiveModule:
             raise self._vm_failures[name]
         vm_fn = vm[name]
         compiled = tuple(self.stats.since(mark))
+        perf_counter, now = time.perf_counter, time.time
 
-        def call(*args):
+        def call(*args, **kwargs):
+            nonlocal compiled
+            if kwargs:
+                args = keywords_to_positions(name, specs, args, kwargs)
             if live._generation != generation:
-                return getattr(live, name)(*args)
-            start = time.perf_counter()
+                return live._fast(name)(*args)
+            start = perf_counter()
             try:
-                out = to_torch(vm_fn(*to_tvm_args(args)))
+                out = vm_fn(*args) if takes_as_is(args) else vm_fn(*to_tvm_args(args))
+                if out.__class__ is not torch.Tensor:
+                    out = to_torch(out)
             except Exception as err:
                 if py_registry.was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
                     return call(*args)
-                error = take_pending_error() or explain_bad_call(name, specs, args, err)
+                error = take_pending_error() or explain_bad_call(name, specs, args, err, live.device)
                 if not isinstance(error, TVMModuleError):
                     error = pyfunc_error(getattr(error, "function", name), None, error)
                 live._record(name, args, None, start, (), error)
-                raise error from err
-            live._record(name, args, out, start, call.compiled)
-            call.compiled = ()
+                raise error from (error.__cause__ or err)  # a pyfunc's error keeps its own traceback
+            live.last_calls[name] = CallRecord(args, out, perf_counter() - start, compiled, None, now())
+            compiled = ()
             return out
 
         call.__name__ = call.__qualname__ = name
-        call.compiled = compiled
         return call
 
     def _record(self, name, args, out, start, compiled, error=None) -> None:
@@ -510,7 +591,7 @@ class LiveModule:
             raise CallError(f"call_tir needs a PrimFunc, but `{name}` is a {entry.kind}", function=name)
         args = list(args) if isinstance(args, (list, tuple)) else [args]
         outputs = allocate_outputs(entry.func, name, args, out_ty)
-        getattr(self, name)(*args, *outputs)
+        self._fast(name)(*args, *outputs)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def call_py_func(self, name: str, args):
@@ -518,7 +599,7 @@ class LiveModule:
         entry = self.entry(name)
         if entry.kind != PYFUNC:
             raise CallError(f"call_py_func needs a pyfunc, but `{name}` is a {entry.kind}", function=name)
-        return getattr(self, name)(*args)
+        return self._fast(name)(*(args if isinstance(args, (list, tuple)) else [args]))
 
     # -- lifetime ------------------------------------------------------------------
     def close(self) -> None:
@@ -527,8 +608,10 @@ class LiveModule:
         self._registry_names = set()
         self._vm = None
         self._vm_key = None
-        self._callables.clear()
+        self._forget_callables()
         self._compiler.clear()
+        self._closed = True
+        self._generation += 1  # callables handed out earlier see the change and ask again
 
     def __del__(self):
         try:
@@ -588,6 +671,11 @@ def _takes_self(func: Callable) -> bool:
 
 def _check_references(entry: FunctionEntry, canonical: Mapping[str, GlobalVar], pyfuncs: set[str]) -> None:
     for gv in referenced_global_vars(entry.func):
+        if gv.name_hint in pyfuncs:
+            raise IllFormedModuleError(
+                f"refers to pyfunc `{gv.name_hint}` directly; Relax calls a pyfunc with "
+                f"R.call_py_func(\"{gv.name_hint}\", ..., out_ty=...)", function=entry.name, line=entry.source.first_line,
+            )
         if gv.name_hint not in canonical:
             raise IllFormedModuleError(
                 f"calls `{gv.name_hint}`, which the module does not define", function=entry.name,
@@ -620,6 +708,9 @@ def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry
                 raise IllFormedModuleError(
                     f"not a well-formed PrimFunc: {_last_line(err)}", function=name, line=entry.source.first_line
                 ) from err
+            outside = out_of_bounds(entry.func)  # running it could corrupt memory or segfault
+            if outside:
+                raise IllFormedModuleError(outside[0], function=name, line=outside[1] or entry.source.first_line)
 
 
 def _ill_formed_function(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry]) -> FunctionEntry | None:
@@ -646,6 +737,24 @@ def _function_name(func) -> str:
     raise CallError(f"expected a function name or a function, got {type(func).__name__}")
 
 
-def _split_device(device: str) -> tuple[str, int]:
+def _device(device: str):
+    """`cpu`, `cpu:0`, `cuda:1`... as a TVM device, or a `TVMModuleError` saying what is wrong."""
     kind, _, index = device.partition(":")
-    return kind, int(index or 0)
+    if not (index or "0").isdigit() or int(index or 0) >= 2**31:
+        raise TVMModuleError(f"device `{device}`: the index after `:` must be a small non-negative number")
+    try:
+        return tvm.runtime.device(kind, int(index or 0))
+    except ValueError as err:
+        raise TVMModuleError(f"device `{device}`: {err} (e.g. cpu, cpu:0, cuda:0)") from None
+
+
+def _compiler(target: str, device, stats: CompileStats, persistent_cache) -> Compiler:
+    """The compiler for `target`, which must be one TVM understands and that runs on `device`."""
+    try:
+        compiler = Compiler(target, stats, persistent_cache)
+    except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
+        raise TVMModuleError(f"target `{target}` is not a TVM target: {_last_line(err)}") from None
+    runs_on = tvm.runtime.device(compiler.target.get_target_device_type(), 0)
+    if runs_on.dlpack_device_type() != device.dlpack_device_type():
+        raise TVMModuleError(f"target `{target}` runs on {runs_on.type} devices, not on `{device}`; pass --device")
+    return compiler
