@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
 PORT   ?= 8888
 
-.PHONY: install lab run-notebooks test test-unit test-notebooks test-browser bench browser-deps clean
+.PHONY: install lab run-notebooks notebooks test test-unit test-notebooks test-browser bench browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,15 @@ install: $(STAMP)
 
 ## JupyterLab on the tutorials (no browser is opened; the URL is printed)
 lab: install
-	$(BIN)/jupyter lab --no-browser --ServerApp.port=$(PORT) --ServerApp.root_dir=notebooks
+	$(BIN)/jupyter lab --no-browser --allow-root --ServerApp.port=$(PORT) --ServerApp.root_dir=notebooks
 
 ## The tutorials run headless, start to finish, in a real kernel
 run-notebooks: install
 	$(BIN)/jupyter execute notebooks/*.ipynb
+
+## Run the tutorials again and save them with their outputs (do this after changing the package or a tutorial)
+notebooks: install
+	$(BIN)/python notebooks/save_outputs.py
 
 ## Debian's Chromium for the browser tests (never a downloaded browser)
 browser-deps:
@@ -32,7 +36,7 @@ browser-deps:
 
 ## Every test: unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser
 test: install browser-deps
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 bench: install
 	$(BIN)/python benchmarks/run.py
