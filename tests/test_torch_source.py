@@ -45,14 +45,23 @@ def outer(x: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
     assert "self.call_tir(self.add_tir" in pipeline and "self.call_py_func('scale', [z])" in pipeline
 
 
-def test_what_cannot_be_mapped_is_flagged_in_the_text(shell):
+def test_what_cannot_be_mapped_is_flagged_in_the_text_and_the_text_stays_python(shell):
     shell.cell("demo", '''
 @R.function
 def odd(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
     y = R.cumsum(x, axis=0)
-    z = R.nn.rms_norm(y, x, axes=[0])
-    return z
+    z = R.multiply(R.nn.rms_norm(y, x, axes=[0]), x)
+    return R.astype(R.astype(z, "float16"), "float32")
 ''')
-    source = shell.ns["demo"].as_torch("odd")
-    assert "REVIEW" in source and "cumsum" in source and "rms_norm" in source
-    assert "step(s) need attention" in source
+    demo = shell.ns["demo"]
+    source = demo.as_torch("odd")
+    compile(source, "<as_torch odd>", "exec")
+    assert "REVIEW" in source and "rms_norm" in source and "step(s) need attention" in source
+    assert "torch.cumsum(x, dim=0)" in source and ".to(torch.float16)" in source
+
+
+def test_call_tir_text_runs_with_symbolic_sizes(shell):
+    shell.cell("demo", ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH)
+    demo = shell.ns["demo"]
+    x = torch.arange(4, dtype=torch.float32)
+    assert torch.equal(run_source(demo.as_torch("pipeline"), "pipeline", demo, x, x), demo.pipeline(x, x))

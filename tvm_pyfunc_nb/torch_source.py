@@ -34,17 +34,17 @@ class _Writer:
         self.name = name
         self.lines: list[str] = []
         self.flags: list[str] = []
+        self.line_notes: list[str] = []
         self.names: dict[object, str] = {}
+        self.uses_relax = False
 
     def function(self, func: relax.Function) -> str:
         params = [self.var(p) for p in func.params]
-        result = self.expr(func.body)
-        self.lines.append(f"return {result}")
-        head = [
-            "import torch",
-            "import torch.nn.functional as F",
-            "",
-        ]
+        self.emit(f"return {self.expr(func.body)}")
+        head = ["import torch", "import torch.nn.functional as F"]
+        if self.uses_relax:
+            head.append("from tvm.script import relax as R")
+        head.append("")
         if self.flags:
             head.append(f"# {len(self.flags)} step(s) need attention before this is a faithful PyTorch version:")
             head += [f"#   - {flag}" for flag in self.flags]
@@ -66,9 +66,17 @@ class _Writer:
             self.names[key] = candidate
         return self.names[key]
 
-    def flag(self, text: str) -> str:
+    def flag(self, kind: str, text: str) -> str:
+        """Record what the text cannot show faithfully; it becomes a comment on the current line."""
         self.flags.append(text)
-        return text
+        self.line_notes.append(f"{kind}: {text}")
+        return "None"
+
+    def emit(self, line: str) -> None:
+        if self.line_notes:
+            line += "  # " + "; ".join(self.line_notes)
+            self.line_notes = []
+        self.lines.append(line)
 
     # -- expressions ---------------------------------------------------------------
     def expr(self, expr) -> str:
@@ -91,14 +99,12 @@ class _Writer:
         if isinstance(expr, tvm.ir.StringImm):
             return repr(expr.value)
         if isinstance(expr, tvm.ir.Constant | tvm.ir.GenericConst):
-            note = self.flag("a Relax constant has no literal form here; bind it as a tensor argument")
-            return f"None  # NOT MAPPED: {note}"
+            return self.flag("NOT MAPPED", "a Relax constant has no literal form here; pass it as an argument")
         if isinstance(expr, relax.Call):
             return self.call(expr)
         if isinstance(expr, relax.GlobalVar):
             return f"self.{expr.name_hint}"
-        note = self.flag(f"{type(expr).__name__} expressions are not converted")
-        return f"None  # NOT MAPPED: {note}"
+        return self.flag("NOT MAPPED", f"{type(expr).__name__} expressions are not converted")
 
     def prim(self, value) -> str:
         if isinstance(value, tirx.IntImm | tirx.FloatImm):
@@ -110,34 +116,31 @@ class _Writer:
     def binding(self, binding) -> None:
         target = self.var(binding.var)
         if isinstance(binding, relax.MatchCast):
-            self.lines.append(f"{target} = {self.expr(binding.value)}  # match_cast to {binding.ty}")
+            self.emit(f"{target} = {self.expr(binding.value)}  # match_cast to {binding.ty}")
             return
         value = binding.value
         if isinstance(value, relax.If):
-            note = self.flag(f"`{target}`: an if-expression is not converted")
-            self.lines.append(f"{target} = None  # NOT MAPPED: {note}")
+            self.emit(f"{target} = {self.flag('NOT MAPPED', f'`{target}`: an if-expression is not converted')}")
             return
-        self.lines.append(f"{target} = {self.expr(value)}")
+        self.emit(f"{target} = {self.expr(value)}")
 
     def call(self, call: relax.Call) -> str:
         if isinstance(call.op, relax.GlobalVar):
             return f"self.{call.op.name_hint}({', '.join(self.expr(a) for a in call.args)})"
         if isinstance(call.op, relax.ExternFunc):
-            note = self.flag(f"extern function `{call.op.global_symbol}` has no PyTorch form")
-            return f"None  # NOT MAPPED: {note}"
+            return self.flag("NOT MAPPED", f"extern function `{call.op.global_symbol}` has no PyTorch form")
         op = call.op.name
         if op == "relax.call_tir":
-            args = self.expr(call.args[1])
-            out = _out_ty(call)
-            return f"self.call_tir(self.{call.args[0].name_hint}, list({args}), out_ty={out})"
+            args = ", ".join(self.expr(a) for a in call.args[1].fields)
+            self.uses_relax = True
+            return f"self.call_tir(self.{call.args[0].name_hint}, [{args}], out_ty={_out_ty(call)})"
         if op == "relax.call_py_func":
             args = [self.expr(a) for a in call.args[1].fields]
             return f"self.call_py_func({call.args[0].value!r}, [{', '.join(args)}])"
         args = [self.expr(a) for a in call.args]
         mapped = _OP_MAP.get(op)
         if mapped is None:
-            note = self.flag(f"`{op}` has no PyTorch mapping in TVM's converter")
-            return f"None  # NOT MAPPED: {note}; inputs: {', '.join(args)}"
+            return self.flag("NOT MAPPED", f"`{op}` has no PyTorch mapping in TVM's converter (inputs: {', '.join(args)})")
         return self.mapped_call(op, mapped, call, args)
 
     def mapped_call(self, op: str, mapped: str, call: relax.Call, args: list[str]) -> str:
@@ -160,19 +163,23 @@ class _Writer:
         if mapped == "squeeze":
             axis = attrs.get("axis")
             return f"torch.squeeze({args[0]}{'' if axis is None else f', dim={tuple(axis)}'})"
+        if op == "relax.astype":
+            return f"{args[0]}.to(torch.{attrs.get('dtype')})"
+        if op in {"relax.cumsum", "relax.cumprod"} and attrs.get("exclusive") in (None, False, 0):
+            axis = attrs.get("axis")
+            source = args[0] if axis is not None else f"{args[0]}.flatten()"
+            return f"{mapped}({source}, dim={0 if axis is None else axis})"
         if mapped in {"F.softmax", "F.log_softmax"}:
             return f"{mapped}({args[0]}, dim={attrs.get('axis', -1)})"
         if mapped == "concat":
             return f"torch.cat({args[0]}, dim={attrs.get('axis', 0)})"
         text = f"{mapped}({', '.join(args)})"
         if not mapped.startswith(("torch.", "F.")):
-            note = self.flag(f"`{op}` maps to `{mapped}`, which needs hand translation")
-            return f"None  # NOT MAPPED: {note}"
+            return self.flag("NOT MAPPED", f"`{op}` maps to `{mapped}`, which needs hand translation")
         if op in _APPROXIMATE:
-            return f"{text}  # REVIEW: {self.flag(f'`{op}` -> `{mapped}` is only an approximate mapping')}"
-        if attrs and op != "relax.matmul":
-            note = self.flag(f"`{op}` attributes {attrs} are not passed to `{mapped}`")
-            return f"{text}  # REVIEW: {note}"
+            self.flag("REVIEW", f"`{op}` -> `{mapped}` is only an approximate mapping")
+        elif attrs and op != "relax.matmul":
+            self.flag("REVIEW", f"`{op}` attributes {attrs} are not passed to `{mapped}`")
         return text
 
 
@@ -205,6 +212,9 @@ def _plain(value):
 
 
 def _out_ty(call: relax.Call) -> str:
-    tys = list(call.ty_args)
-    texts = [str(ty) for ty in tys]
+    """`R.Tensor(("n",), "float32")`: symbolic sizes by name, which `call_tir` binds from the inputs."""
+    texts = []
+    for ty in call.ty_args:
+        dims = ", ".join(repr(d.name) if isinstance(d, tirx.Var) else str(d.value) for d in ty.shape.values)
+        texts.append(f"R.Tensor(({dims}{',' if len(ty.shape.values) == 1 else ''}), {str(ty.dtype)!r})")
     return texts[0] if len(texts) == 1 else f"[{', '.join(texts)}]"
