@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import tempfile
 
 import pytest
 from IPython.testing.globalipapp import start_ipython
 
 _cell_ids = itertools.count(1)
+
+
+def pytest_configure(config):
+    """Kernels and notebooks started by the tests get a throwaway compile cache, never the user's own."""
+    os.environ["TVM_PYFUNC_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="tvm-pyfunc-nb-cache-")
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(os.environ.pop("TVM_PYFUNC_NB_CACHE_DIR", ""), ignore_errors=True)
 
 
 class Shell:
@@ -49,6 +61,8 @@ class Shell:
 def _ipython():
     ip = start_ipython()
     ip.run_line_magic("load_ext", "tvm_pyfunc_nb")
+    # No persistent compile cache here: each test compiles what it uses (test_compile_cache opts in)
+    ip.run_line_magic("config", "TVMModuleMagics.cache_dir = ''")
     return ip
 
 

@@ -1,6 +1,10 @@
 """tvm_pyfunc_nb: live, mixed Python/TIR/Relax TVM modules built from notebook cells.
 
-Load with `%load_ext tvm_pyfunc_nb`, then write `%%tvmmodule NAME` cells.
+Load with `%load_ext tvm_pyfunc_nb`, then write `%%tvmmodule NAME` cells:
+`%%tvmmodule?` explains what a cell may hold, and `help(NAME)` what a live
+module does. `%tvmmodules` lists the live modules, `%tvmmodule_drop NAME`
+removes one. Without IPython, `LiveModule(name).run_cell(body)` does what a
+cell does. Every error raised on a user's behalf is a `TVMModuleError`.
 """
 
 from .errors import (
@@ -44,7 +48,7 @@ def unload_ipython_extension(ipython) -> None:
     ipython.events.unregister("post_run_cell", magics.post_run_cell)
     ipython.set_custom_exc((), None)
     for kind in ("cell", "line"):
-        for name in ("tvmmodule", "tvmmodules", "tvmmodule_drop"):
+        for name in ("tvmmodule", "tvmmodules", "tvmmodule_drop", "tvmcache"):
             ipython.magics_manager.magics[kind].pop(name, None)
     if magics in ipython.configurables:
         ipython.configurables.remove(magics)

@@ -7,6 +7,7 @@ so they cost nothing when the call is right.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import weakref
@@ -16,16 +17,21 @@ from typing import Any
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
+from tvm.relax.script.parser.entry import TensorProxy
 from tvm.sym import Analyzer
 
-from .errors import CallError, PyFuncError, TVMModuleError
-from .tensors import describe, dtype_name, to_torch, to_torch_dtype, to_tvm_arg, to_tvm_tensor
+from .errors import CallError, PyFuncError, TVMModuleError, shorten
+from .tensors import (
+    TORCH_DTYPES, describe, device_name, dtype_name, is_tensor_like, to_torch, to_torch_dtype, to_tvm_arg,
+    to_tvm_tensor,
+)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CallRecord:
-    """The latest call of one function, for the results pane."""
+    """The latest call of one function, for the results pane (one is made per call, so it is cheap)."""
 
     args: tuple
     result: Any
@@ -33,6 +39,21 @@ class CallRecord:
     compiled: tuple  # CompileRecords this call triggered
     error: BaseException | None = None
     when: float = 0.0
+
+
+_AS_IS_DTYPES = frozenset(TORCH_DTYPES.values())
+
+
+def takes_as_is(args: Sequence) -> bool:
+    """Whether TVM can take `args` unchanged: contiguous torch tensors of a dtype it knows.
+
+    That is the common call, and it skips `to_tvm_args`; anything else (numpy
+    arrays, views, complex tensors TVM would abort on, ...) goes through it.
+    """
+    for arg in args:
+        if arg.__class__ is not torch.Tensor or arg.dtype not in _AS_IS_DTYPES or not arg.is_contiguous():
+            return False
+    return True
 
 
 # -- expected types -----------------------------------------------------------------
@@ -84,8 +105,9 @@ def _dim(value) -> int | str | None:
     return None
 
 
-def explain_bad_call(function: str, specs: list[TensorSpec] | None, args: Sequence, err: BaseException) -> CallError:
-    """The clearest message for a call TVM refused: count, then dtype, then shape, else TVM's own reason."""
+def explain_bad_call(function: str, specs: list[TensorSpec] | None, args: Sequence, err: BaseException,
+                     device=None) -> CallError:
+    """The clearest message for a call TVM refused: count, device, dtype, shape, else TVM's own reason."""
     if specs is not None:
         if len(args) != len(specs):
             return CallError(
@@ -94,17 +116,40 @@ def explain_bad_call(function: str, specs: list[TensorSpec] | None, args: Sequen
             )
         bindings: dict[str, int] = {}
         for spec, arg in zip(specs, args):
+            on = device_name(arg)
+            if device is not None and on is not None and on != str(device):
+                return CallError(f"parameter `{spec.name}` expects {spec} on {device}, got {describe(arg)} on {on}",
+                                 function=function)
             problem = _mismatch(spec, arg, bindings)
             if problem:
                 return CallError(f"parameter `{spec.name}` expects {spec}, {problem}", function=function)
-    reason = str(err).strip().splitlines()
-    return CallError(f"TVM refused the call: {reason[-1] if reason else type(err).__name__}", function=function)
+    reason = shorten(str(err), 4) or type(err).__name__
+    return CallError(f"TVM refused the call: {reason}", function=function)
+
+
+def keywords_to_positions(function: str, specs: list[TensorSpec] | None, args: Sequence, kwargs: dict) -> tuple:
+    """`f(x, y=t)` for a Relax function or PrimFunc: the arguments in parameter order, or a `CallError`."""
+    names = [s.name for s in specs or ()]
+    unknown = sorted(set(kwargs) - set(names))
+    if unknown:
+        raise CallError(f"has no parameter {', '.join(f'`{k}`' for k in unknown)} (parameters: {', '.join(names)})",
+                        function=function)
+    given = dict(zip(names, args))
+    twice = sorted(set(given) & set(kwargs))
+    if twice:
+        raise CallError(f"got parameter `{twice[0]}` both by position and by keyword", function=function)
+    given.update(kwargs)
+    missing = [n for n in names if n not in given]
+    if missing:
+        raise CallError(f"missing argument for parameter `{missing[0]}` (parameters: {', '.join(names)})",
+                        function=function)
+    return tuple(given[n] for n in names) + tuple(args[len(names):])
 
 
 def _mismatch(spec: TensorSpec, arg: Any, bindings: dict[str, int]) -> str | None:
     if spec.dtype is None and spec.dims is None:
         return None
-    if not hasattr(arg, "shape") or not hasattr(arg, "dtype"):
+    if not is_tensor_like(arg):
         return f"got {describe(arg)}"
     if spec.dtype and dtype_name(arg) != spec.dtype:
         return f"got {describe(arg)} (dtype {dtype_name(arg)})"
@@ -123,6 +168,8 @@ def _mismatch(spec: TensorSpec, arg: Any, bindings: dict[str, int]) -> str | Non
 # -- output allocation (call_tir from Python) -----------------------------------------
 def output_specs(out_ty) -> list[tuple[list, str]]:
     """Normalise an `out_ty` into `[(dims, dtype)]`: `R.Tensor(...)`, a TensorType, a shape tuple, or a list of those."""
+    if out_ty.__class__ is TensorProxy and out_ty.shape is not None:  # `R.Tensor(...)` in a pyfunc: the usual
+        return [(out_ty.shape, out_ty.dtype)]
     if isinstance(out_ty, list):
         return [spec for ty in out_ty for spec in output_specs(ty)]
     if isinstance(out_ty, tuple) and all(isinstance(d, int) for d in out_ty):
@@ -138,16 +185,45 @@ def output_specs(out_ty) -> list[tuple[list, str]]:
 
 def allocate_outputs(prim_func: tirx.PrimFunc, function: str, args: Sequence, out_ty) -> list[torch.Tensor]:
     """Empty outputs of the declared dtype; symbolic dims are bound from the inputs' shapes."""
+    bindings: dict[str, int] | None = None  # worked out only for an output with a symbolic size
+    outputs = []
+    for dims, dtype in output_specs(out_ty):
+        shape = _static_shape(dims)
+        if shape is None:
+            bindings = _input_sizes(prim_func, args) if bindings is None else bindings
+            shape = [_concrete(d, bindings, function) for d in dims]
+        if shape and min(shape) < 0:
+            raise CallError(f"out_ty asks for an output of negative size {shape}", function=function)
+        try:
+            torch_dtype = to_torch_dtype(dtype)  # sizes as separate arguments: torch takes them faster than a list
+            outputs.append(torch.empty(*shape, dtype=torch_dtype) if shape else torch.empty((), dtype=torch_dtype))
+        except RuntimeError as err:  # out of memory
+            raise CallError(f"cannot allocate an output {dtype}{shape}: {shorten(str(err), 1)}",
+                            function=function) from None
+    return outputs
+
+
+def _static_shape(dims) -> list[int] | None:
+    """`dims` as numbers when none is symbolic, else None."""
+    shape = []
+    for dim in dims:
+        if dim.__class__ is int:
+            shape.append(dim)
+        elif isinstance(dim, tirx.IntImm):
+            shape.append(int(dim.value))
+        else:
+            return None
+    return shape
+
+
+def _input_sizes(prim_func: tirx.PrimFunc, args: Sequence) -> dict[str, int]:
+    """The value of each symbolic size in `prim_func`'s parameters, as the inputs `args` give it."""
     bindings: dict[str, int] = {}
     for param, arg in zip(prim_func.params, args):
         for dim, size in zip(getattr(param, "shape", ()), getattr(arg, "shape", ())):
             if isinstance(dim, tirx.Var):
                 bindings.setdefault(dim.name, int(size))
-    outputs = []
-    for dims, dtype in output_specs(out_ty):
-        shape = [_concrete(d, bindings, function) for d in dims]
-        outputs.append(torch.empty(shape, dtype=to_torch_dtype(dtype)))
-    return outputs
+    return bindings
 
 
 def _concrete(dim, bindings: dict[str, int], function: str) -> int:
@@ -178,6 +254,7 @@ _pending = threading.local()
 
 
 def pyfunc_error(function: str, line: int | None, err: BaseException) -> TVMModuleError:
+    """`err`, raised by pyfunc `function`, as a `PyFuncError` at the deepest line of the pyfunc's own cell."""
     if isinstance(err, TVMModuleError):
         return err
     tb_line = _deepest_line(err, function)
@@ -196,6 +273,23 @@ def _deepest_line(err: BaseException, function: str) -> int | None:
     return line
 
 
+def bad_pyfunc_arguments(function: str, func: Callable, takes_self: bool, args: Sequence, kwargs: dict,
+                         err: BaseException) -> CallError | None:
+    """A `CallError` when `err` is Python refusing these arguments for pyfunc `func`, else None."""
+    if not isinstance(err, TypeError):
+        return None
+    try:
+        signature = inspect.signature(func)
+        signature.bind(*((None,) if takes_self else ()), *args, **kwargs)
+    except TypeError as refused:
+        params = list(signature.parameters)[1 if takes_self else 0:]
+        return CallError(f"takes ({', '.join(params)}), got {len(args)} argument(s)"
+                         f"{f' and keywords {sorted(kwargs)}' if kwargs else ''}: {refused}", function=function)
+    except ValueError:  # no signature to compare with
+        return None
+    return None
+
+
 def take_pending_error() -> BaseException | None:
     """The pyfunc error a Relax call raised through TVM, if any (TVM re-wraps exceptions)."""
     err = getattr(_pending, "error", None)
@@ -209,34 +303,71 @@ class PyFuncTrampoline:
     It holds the module weakly, so the registry never keeps a dropped module alive.
     """
 
-    def __init__(self, live, pyfunc: str, out_ty: list):
+    def __init__(self, live, pyfunc: str, out_ty: list, in_ty: Sequence = ()):
         self.live_ref = weakref.ref(live)
         self.pyfunc = pyfunc
         if len(out_ty) == 1 and isinstance(out_ty[0], relax.TupleType):
             out_ty = list(out_ty[0].fields)
         self.expected = [_spec_from_type(f"output {i}", ty) for i, ty in enumerate(out_ty)]
+        if len(in_ty) == 1 and isinstance(in_ty[0], relax.TupleType):  # the arguments travel as one tuple
+            in_ty = list(in_ty[0].fields)
+        self.inputs = [_spec_from_type(f"input {i}", ty) for i, ty in enumerate(in_ty)]
+        self._quick = _quick_check_of(self.expected)
+        self._shared = _shared_sizes(self.inputs, self.expected)
+
+    def ffi_function(self) -> tvm_ffi.Function:
+        """This trampoline as TVM calls it: tensors arrive as torch tensors, converted in C (no `from_dlpack`)."""
+        return tvm_ffi.convert_func(self, tensor_cls=torch.Tensor)
 
     def __call__(self, *args):
         live = self.live_ref()
         try:
             if live is None:
                 raise CallError(f"the module that defined pyfunc `{self.pyfunc}` was dropped")
-            result = live.call_py_func(self.pyfunc, [to_torch(a) for a in args])
+            for arg in args:
+                if arg.__class__ is not torch.Tensor:
+                    args = tuple(to_torch(a) for a in args)
+                    break
+            # `live._fast`, not `call_py_func`: the name was checked to be a pyfunc when the VM was built, and a
+            # module where R.call_py_func names anything else is ill-formed, so no cell can make it one
+            result = live._fast(self.pyfunc)(*args)
+            if result.__class__ is torch.Tensor and self._fits(result) and self._agrees(args, result):
+                return result  # the common case: one contiguous tensor as declared, handed back as it is
             outputs = result if isinstance(result, (tuple, list)) else (result,)
-            self._check(outputs)
+            self._check(outputs, args)
             converted = [to_tvm_tensor(to_tvm_arg(o)) for o in outputs]
             return converted[0] if len(converted) == 1 else converted
         except BaseException as err:
             _pending.error = err
             raise
 
-    def _check(self, outputs: Sequence) -> None:
+    def _fits(self, out: torch.Tensor) -> bool:
+        """Quick check of a single tensor result; False sends it through the full check and conversion."""
+        if self._quick is None:
+            return False
+        dtype, ndim, static_sizes = self._quick
+        if out.dtype is not dtype or out.dim() != ndim or not out.is_contiguous():
+            return False
+        if static_sizes:
+            shape = out.shape
+            return all(shape[i] == size for i, size in static_sizes)
+        return True
+
+    def _agrees(self, args: Sequence, out: torch.Tensor) -> bool:
+        """Whether a single result's symbolic sizes equal the inputs' (`n` in both `x` and `out_ty`)."""
+        shape = out.shape
+        for _, axis, i, in_axis in self._shared:  # a plain loop: `all(<genexpr>)` costs more on this hot path
+            if shape[axis] != args[i].shape[in_axis]:
+                return False
+        return True
+
+    def _check(self, outputs: Sequence, args: Sequence) -> None:
         if len(outputs) != len(self.expected):
             raise PyFuncError(
                 f"returned {len(outputs)} value(s) but R.call_py_func declares {len(self.expected)} in out_ty",
                 function=self.pyfunc,
             )
-        bindings: dict[str, int] = {}
+        bindings = {dim: int(args[i].shape[axis]) for i, axis, dim in _symbolic_axes(self.inputs)}
         for spec, out in zip(self.expected, outputs):
             problem = _mismatch(spec, out, bindings)
             if problem:
@@ -244,6 +375,29 @@ class PyFuncTrampoline:
                     f"returned a value that does not match out_ty: expected {spec}, {problem}",
                     function=self.pyfunc,
                 )
+
+
+def _symbolic_axes(specs: list[TensorSpec]) -> list[tuple[int, int, str]]:
+    """`(index, axis, name)` of every symbolic size in `specs`."""
+    return [(i, axis, d) for i, spec in enumerate(specs) for axis, d in enumerate(spec.dims or ()) if isinstance(d, str)]
+
+
+def _shared_sizes(inputs: list[TensorSpec], outputs: list[TensorSpec]) -> tuple[tuple[int, int, int, int], ...]:
+    """`(output, axis, input, input axis)` for each symbolic output size that an input's shape determines."""
+    known = {}
+    for i, axis, dim in _symbolic_axes(inputs):
+        known.setdefault(dim, (i, axis))
+    return tuple((o, axis, *known[dim]) for o, axis, dim in _symbolic_axes(outputs) if dim in known)
+
+
+def _quick_check_of(expected: list[TensorSpec]) -> tuple[torch.dtype, int, tuple] | None:
+    """For one declared tensor output of known dtype and rank: its torch dtype, rank, and `(axis, size)` of
+    each static size (symbolic sizes are not checked, as in `_check`)."""
+    if len(expected) != 1 or expected[0].dims is None or expected[0].dtype not in TORCH_DTYPES:
+        return None
+    spec = expected[0]
+    static_sizes = tuple((axis, d) for axis, d in enumerate(spec.dims) if isinstance(d, int))
+    return TORCH_DTYPES[spec.dtype], len(spec.dims), static_sizes
 
 
 def timed(func: Callable, *args) -> tuple[Any, float]:

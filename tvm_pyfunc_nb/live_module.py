@@ -137,6 +137,7 @@ class LiveModule:
         self._fragments: dict[object, CellFragment] = {}
         self._parsed: dict[object, dict[str, FunctionEntry]] = {}
         self._origins: dict[object, str] = {}
+        self._files: dict[object, str] = {}  # the linecache name of each cell's latest run
         self._entries: dict[str, FunctionEntry] = {}
         self._generation = 0
         self._ir_mod = tvm.IRModule({})
@@ -200,7 +201,8 @@ class LiveModule:
         except IllFormedModuleError as err:
             raise self._blame_other_cell(err, entries, fragment.key) from err.__cause__
         result = self._describe_update(fragment, ordered, entries, origin)
-        self._commit(fragments, parsed, entries, ir_mod, {fragment.key: origin})
+        self._commit(fragments, parsed, entries, ir_mod, {fragment.key: origin}, {fragment.key: filename},
+                     redefined=list(ordered))
         return result
 
     def _blame_other_cell(self, err: IllFormedModuleError, entries, key) -> IllFormedModuleError:
@@ -244,11 +246,14 @@ class LiveModule:
         _check_well_formed(ir_mod, bound, fresh)
         return bound, ir_mod
 
-    def _commit(self, fragments, parsed, entries, ir_mod, origins) -> None:
+    def _commit(self, fragments, parsed, entries, ir_mod, origins, files, redefined=()) -> None:
         for key in set(self._fragments) - set(fragments):
             self._origins.pop(key, None)
-            for entry in self._parsed.get(key, {}).values():
-                forget_cell_text(entry.filename)
+            forget_cell_text(self._files.pop(key, ""))
+        for key, filename in files.items():
+            if self._files.get(key, filename) != filename:
+                forget_cell_text(self._files[key])
+            self._files[key] = filename
         # entries rebound in _assemble replace their originals in the per-cell record
         for key, funcs in parsed.items():
             for name in funcs:
@@ -258,8 +263,8 @@ class LiveModule:
         self._origins.update(origins)
         self._generation += 1
         self._forget_callables()
-        for name in [n for n in self.last_calls if n not in entries]:
-            del self.last_calls[name]
+        for name in [n for n in self.last_calls if n not in entries or n in redefined]:
+            del self.last_calls[name]  # a new definition has had no call yet
 
     def drop_functions(self, key: object) -> list[str]:
         """Forget everything cell `key` contributed (as if it had never run); returns what left."""
@@ -269,7 +274,7 @@ class LiveModule:
         parsed = {k: p for k, p in self._parsed.items() if k != key}
         entries, ir_mod = self._assemble(_owners(parsed))
         removed = [n for n in self._entries if n not in entries]
-        self._commit(fragments, parsed, entries, ir_mod, {})
+        self._commit(fragments, parsed, entries, ir_mod, {}, {})
         return removed
 
     def add_python_function(self, name: str, func: Callable) -> None:
@@ -287,7 +292,7 @@ class LiveModule:
         parsed = {k: p for k, p in self._parsed.items() if k != key}
         fragments[key], parsed[key] = fragment, {name: entry}
         entries, ir_mod = self._assemble(_owners(parsed))
-        self._commit(fragments, parsed, entries, ir_mod, {key: origin})
+        self._commit(fragments, parsed, entries, ir_mod, {key: origin}, {}, redefined=[name])
 
     # -- what is there -------------------------------------------------------------
     @property
@@ -492,6 +497,9 @@ class LiveModule:
         for name, fast in self._callables.items():
             if self.__dict__.get(name) is fast:
                 del self.__dict__[name]
+            # A callable may outlive the change (held by a user, or by a traceback in IPython's history);
+            # it asks the module again when called, so the compiled code it holds can go now.
+            getattr(fast, "release", _nothing)()
         self._callables.clear()
 
     def _fast(self, name: str) -> Callable:
@@ -519,7 +527,8 @@ class LiveModule:
     def _primfunc_callable(self, entry: FunctionEntry) -> Callable:
         name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
         mark = len(self.stats.compiles)
-        compiled_fn = self._compiled_prim_func(entry)[name]
+        # in a list, which `release` empties: a traceback's snapshot of this call's locals holds the list
+        compiled_fn = [self._compiled_prim_func(entry)[name]]
         compiled = tuple(self.stats.since(mark))
         perf_counter, now = time.perf_counter, time.time
 
@@ -531,7 +540,7 @@ class LiveModule:
                 return live._fast(name)(*args)
             start = perf_counter()
             try:
-                out = compiled_fn(*args) if takes_as_is(args) else compiled_fn(*to_tvm_args(args))
+                out = compiled_fn[0](*args) if takes_as_is(args) else compiled_fn[0](*to_tvm_args(args))
             except Exception as err:
                 error = explain_bad_call(name, specs, args, err, live.device)
                 live._record(name, args, None, start, (), error)
@@ -540,7 +549,11 @@ class LiveModule:
             compiled = ()
             return out
 
+        def release() -> None:
+            compiled_fn.clear()
+
         call.__name__ = call.__qualname__ = name
+        call.release = release
         return call
 
     def _relax_callable(self, entry: FunctionEntry) -> Callable:
@@ -550,7 +563,7 @@ class LiveModule:
         self._compiled_generation = self._generation
         if name in self._vm_failures:
             raise self._vm_failures[name]
-        vm_fn = vm[name]
+        vm_fn = [vm[name]]  # in a list, which `release` empties (see `_primfunc_callable`)
         compiled = tuple(self.stats.since(mark))
         perf_counter, now = time.perf_counter, time.time
 
@@ -562,12 +575,12 @@ class LiveModule:
                 return live._fast(name)(*args)
             start = perf_counter()
             try:
-                out = vm_fn(*args) if takes_as_is(args) else vm_fn(*to_tvm_args(args))
+                out = vm_fn[0](*args) if takes_as_is(args) else vm_fn[0](*to_tvm_args(args))
                 if out.__class__ is not torch.Tensor:
                     out = to_torch(out)
             except Exception as err:
                 if py_registry.was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
-                    return call(*args)
+                    return live._fast(name)(*args)  # not `call`: a closure naming itself is a cycle keeping the VM
                 error = take_pending_error() or explain_bad_call(name, specs, args, err, live.device)
                 if not isinstance(error, TVMModuleError):
                     error = pyfunc_error(getattr(error, "function", name), None, error)
@@ -577,7 +590,11 @@ class LiveModule:
             compiled = ()
             return out
 
+        def release() -> None:
+            vm_fn.clear()
+
         call.__name__ = call.__qualname__ = name
+        call.release = release
         return call
 
     def _record(self, name, args, out, start, compiled, error=None) -> None:
@@ -618,6 +635,10 @@ class LiveModule:
             py_registry.unregister(self._registry_names)
         except Exception:  # interpreter shutdown: the registry is cleared at exit anyway
             pass
+
+
+def _nothing() -> None:
+    pass
 
 
 class _LazyCallable:

@@ -1,0 +1,305 @@
+"""The persistent compile cache, with real compiles: what it serves, what it refuses, how it stays small.
+
+Every test uses its own temporary cache directory, never the user's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import tvm
+import tvm_ffi
+from IPython.core.error import UsageError
+
+from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
+from tvm_pyfunc_nb import LiveModule
+from tvm_pyfunc_nb.compile_cache import CompileCache, entry_key
+from tvm_pyfunc_nb.magics import CACHE_DIR_ENV
+
+X = torch.arange(5, dtype=torch.float32)
+Y = torch.full((5,), 2.0)
+MUL_TIR = ADD_TIR.replace("A[i] + B[i]", "A[i] * B[i]")
+
+
+def tir_compiles(live: LiveModule) -> list[tuple[str, ...]]:
+    return [c.functions for c in live.stats.compiles if c.kind == "tir"]
+
+
+def add_module(cache: CompileCache, body: str = ADD_TIR) -> LiveModule:
+    live = LiveModule("demo", persistent_cache=cache)
+    live.run_cell(body)
+    return live
+
+
+def warm(cache: CompileCache, body: str = ADD_TIR) -> None:
+    """Compile `body` once and wait until its entries are on disk."""
+    add_module(cache, body).compile()
+    cache.flush()
+
+
+def files_of(cache: CompileCache, body: str = ADD_TIR, name: str = "add_tir") -> tuple[Path, Path]:
+    """The record and library files of PrimFunc `name` as `body` defines it."""
+    func = add_module(cache, body).ir_mod[name]
+    key = entry_key(name, str(tvm_ffi.structural_hash(func)), str(tvm.target.Target("llvm")))
+    return cache.directory / f"{key}.json", cache.directory / f"{key}.so"
+
+
+def call_add(cache: CompileCache, body: str = ADD_TIR) -> tuple[LiveModule, torch.Tensor]:
+    live = add_module(cache, body)
+    out = torch.empty(5)
+    live.add_tir(X, Y, out)
+    return live, out
+
+
+# -- what is served ----------------------------------------------------------------------
+def test_warm_cache_in_a_fresh_live_module_compiles_no_primfunc(tmp_path):
+    body = ADD_TIR + MAIN_PYFUNC + MAIN_RELAX + SCALE_PYFUNC + RELAX_CALLS_BOTH
+    first = LiveModule("demo", persistent_cache=CompileCache(tmp_path))
+    first.namespace["demo"] = first
+    first.run_cell(body)
+    expected = (first.main(X, Y), first.main_relax(X, Y), first.pipeline(X, Y))
+    assert tir_compiles(first)
+    first._compiler.persistent.flush()
+
+    cache = CompileCache(tmp_path)  # a new cache object: nothing shared in memory with the first module
+    fresh = LiveModule("demo", persistent_cache=cache)
+    fresh.namespace["demo"] = fresh
+    fresh.run_cell(body)
+    results = (fresh.main(X, Y), fresh.main_relax(X, Y), fresh.pipeline(X, Y))
+    assert all(torch.equal(a, b) for a, b in zip(results, expected))
+    assert tir_compiles(fresh) == []
+    assert fresh.stats.cache_hits > 0 and cache.hits == len(tir_compiles(first))
+
+
+def test_a_changed_function_is_compiled_not_served(tmp_path):
+    cache = CompileCache(tmp_path)
+    warm(cache, ADD_TIR)
+    live, out = call_add(cache, MUL_TIR)
+    assert torch.equal(out, X * Y)
+    assert tir_compiles(live) == [("add_tir",)]
+
+
+def test_an_entry_under_the_right_key_but_for_another_function_is_refused(tmp_path):
+    """A hash collision, staged: the entry of `A + B` filed under the key of `A * B`."""
+    cache = CompileCache(tmp_path)
+    warm(cache, ADD_TIR)
+    add_record, add_library = files_of(cache, ADD_TIR)
+    mul_record, mul_library = files_of(cache, MUL_TIR)
+    mul_hash = str(tvm_ffi.structural_hash(add_module(cache, MUL_TIR).ir_mod["add_tir"]))
+    rewrite_record(add_record, structural_hash=mul_hash)
+    add_record.rename(mul_record)
+    add_library.rename(mul_library)
+
+    live, out = call_add(cache, MUL_TIR)
+    assert torch.equal(out, X * Y)
+    assert tir_compiles(live) == [("add_tir",)]
+    assert cache.rejected == 1 and "different TVMScript" in cache.problem
+
+
+def rewrite_record(path: Path, **changes) -> None:
+    """Change fields of an entry's record, with a checksum that matches (as a real collision would)."""
+    record = {**json.loads(json.loads(path.read_text())["record"]), **changes}
+    body = json.dumps(record, sort_keys=True)
+    path.write_text(json.dumps({"checksum": hashlib.sha256(body.encode()).hexdigest(), "record": body}))
+
+
+def test_recompile_bypasses_the_persistent_cache(tmp_path):
+    cache = CompileCache(tmp_path)
+    warm(cache)
+    live = add_module(cache)
+    live.recompile()
+    assert tir_compiles(live) == [("add_tir",)]
+    assert cache.hits == 0
+
+
+# -- what is refused ---------------------------------------------------------------------
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def garble(path: Path) -> None:
+    path.write_text("{not json")
+
+
+def forge_record(path: Path) -> None:
+    """Edit the record without updating its checksum."""
+    wrapper = json.loads(path.read_text())
+    wrapper["record"] = wrapper["record"].replace('"library_bytes": ', '"library_bytes": 1')
+    path.write_text(json.dumps(wrapper))
+
+
+DAMAGE = {
+    "truncated library": ("so", truncate),
+    "flipped byte in library": ("so", flip_a_byte),
+    "missing library": ("so", Path.unlink),
+    "truncated record": ("json", truncate),
+    "garbled record": ("json", garble),
+    "record edited without its checksum": ("json", forge_record),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=list(DAMAGE))
+def test_a_damaged_entry_is_deleted_and_rebuilt(tmp_path, damage):
+    cache = CompileCache(tmp_path)
+    warm(cache)
+    record, library = files_of(cache)
+    suffix, spoil = DAMAGE[damage]
+    spoil(library if suffix == "so" else record)
+
+    live, out = call_add(cache)
+    assert torch.equal(out, X + Y)
+    assert tir_compiles(live) == [("add_tir",)]
+    assert cache.rejected == 1 and cache.hits == 0
+    cache.flush()  # the rebuilt entry is written again, and serves the next module
+    again = CompileCache(tmp_path)
+    live, out = call_add(again)
+    assert torch.equal(out, X + Y) and tir_compiles(live) == [] and again.hits == 1
+
+
+def test_a_valid_library_that_is_not_the_recorded_one_is_never_loaded(tmp_path):
+    """The library of `A * B` put in place of `A + B`'s: it would load and run, so only the checksum stops it."""
+    cache = CompileCache(tmp_path)
+    warm(cache, ADD_TIR)
+    warm(cache, MUL_TIR)
+    _, add_library = files_of(cache, ADD_TIR)
+    _, mul_library = files_of(cache, MUL_TIR)
+    add_library.write_bytes(mul_library.read_bytes())
+
+    live, out = call_add(cache, ADD_TIR)
+    assert torch.equal(out, X + Y)
+    assert cache.rejected == 1 and tir_compiles(live) == [("add_tir",)]
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert str(cache.directory) + "/" + add_library.name not in maps.read_text()
+    assert not [p for p in cache.directory.iterdir() if p.name.startswith(".load-")]
+
+
+# -- bounds and files --------------------------------------------------------------------
+def kernel(k: int) -> str:
+    return ADD_TIR.replace("add_tir", f"k{k}").replace("A[i] + B[i]", f"A[i] + B[i] + T.float32({k})")
+
+
+def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_path):
+    probe = CompileCache(tmp_path / "probe")
+    warm(probe, kernel(0))
+    entry_size = probe.summary().size
+
+    cache = CompileCache(tmp_path / "bounded", max_bytes=int(entry_size * 2.5))
+    first = LiveModule("m", persistent_cache=cache)
+    first.run_cell(kernel(0) + kernel(1))
+    first.compile()
+    cache.flush()
+    second = LiveModule("m", persistent_cache=CompileCache(tmp_path / "bounded", max_bytes=cache.max_bytes))
+    second.run_cell(kernel(0))
+    second.compile()  # loads k0: now k1 is the least recently used
+    assert tir_compiles(second) == []
+    first.run_cell(kernel(2))
+    first.compile()
+    cache.flush()
+
+    summary = cache.summary()
+    assert summary.size <= cache.max_bytes and summary.entries == 2
+    survivor = LiveModule("m", persistent_cache=CompileCache(tmp_path / "bounded"))
+    survivor.run_cell(kernel(0) + kernel(1) + kernel(2))
+    survivor.compile()
+    assert tir_compiles(survivor) == [("k1",)]
+
+
+def test_the_directory_is_private_and_entries_are_owner_only(tmp_path):
+    cache = CompileCache(tmp_path / "a" / "cache")
+    assert stat.S_IMODE(cache.directory.stat().st_mode) == 0o700
+    warm(cache)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in cache.directory.iterdir())
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    os.chmod(loose, 0o755)
+    assert stat.S_IMODE(CompileCache(loose).directory.stat().st_mode) == 0o700
+
+
+# -- the magic ---------------------------------------------------------------------------
+@pytest.fixture
+def cache_shell(shell, tmp_path):
+    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
+    yield shell
+    shell.run("%config TVMModuleMagics.cache_dir = ''")
+
+
+def test_tvmcache_shows_the_cache_and_clear_empties_it(cache_shell, tmp_path):
+    cache_shell.cell("demo", ADD_TIR + MAIN_RELAX)
+    cache_shell.ns["demo"].main_relax(X, Y)
+    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    magics.compile_cache().flush()
+
+    shown = repr(cache_shell.run("%tvmcache"))
+    assert str(tmp_path / "cache") in shown
+    assert f"{len(tir_compiles(cache_shell.ns['demo']))} entries" in shown  # the PrimFuncs Relax was lowered to
+    assert "MB" in shown
+
+    shown = repr(cache_shell.run("%tvmcache clear"))
+    assert "0 entries" in shown
+    assert list((tmp_path / "cache").iterdir()) == []
+    cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
+
+
+def test_tvmcache_says_when_the_cache_is_off(shell, capsys):
+    assert shell.run("%tvmcache") is None
+    assert "compile cache: off" in capsys.readouterr().out
+
+
+def test_the_magic_passes_its_cache_to_new_modules(cache_shell):
+    cache_shell.cell("demo", ADD_TIR)
+    out = torch.empty(5)
+    cache_shell.ns["demo"].add_tir(X, Y, out)
+    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    assert cache_shell.ns["demo"]._compiler.persistent is magics.compile_cache()
+    magics.compile_cache().flush()
+    cache_shell.run("%tvmmodule_drop demo")
+    cache_shell.cell("demo", ADD_TIR)
+    cache_shell.ns["demo"].add_tir(X, Y, out)
+    assert tir_compiles(cache_shell.ns["demo"]) == [] and cache_shell.ns["demo"].stats.cache_hits == 1
+
+
+# -- a fresh kernel --------------------------------------------------------------------------
+NOTEBOOK = f"""
+import json, torch
+ip = get_ipython()
+ip.run_line_magic("load_ext", "tvm_pyfunc_nb")
+ip.run_cell_magic("tvmmodule", "demo --quiet", {ADD_TIR + MAIN_PYFUNC + MAIN_RELAX!r})
+x, y = torch.arange(5.0), torch.ones(5)
+assert torch.equal(demo.main(x, y), (x + y) * 2) and torch.equal(demo.main_relax(x, y), x + y)
+print(json.dumps({{"tir": [c.functions for c in demo.stats.compiles if c.kind == "tir"],
+                  "hits": demo.stats.cache_hits}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
+    """Two kernels in turn, the cache directory given by the environment variable."""
+    script = tmp_path / "notebook.ipy"
+    script.write_text(textwrap.dedent(NOTEBOOK))
+    env = {**os.environ, CACHE_DIR_ENV: str(tmp_path / "cache")}
+
+    def run() -> dict:
+        done = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--quick", str(script)],
+                              env=env, capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = run()
+    assert cold["tir"] and len(list((tmp_path / "cache").glob("*.so"))) == len(cold["tir"])
+    warm_run = run()
+    assert warm_run["tir"] == [] and warm_run["hits"] >= len(cold["tir"])

@@ -1,0 +1,406 @@
+"""Persistent compile cache: compiled PrimFuncs kept on disk and shared by kernels.
+
+A PrimFunc compiled once is saved as a shared library (`export_library`,
+linked by the system C compiler) and loaded back (`tvm.runtime.load_module`)
+by any later kernel instead of being compiled again. An entry is keyed by the
+function's structural hash and name, the target, the host and the versions of
+TVM and of this package; the function's TVMScript is stored with it and
+compared on load, so a hash collision or a changed function is never served.
+
+What keeps a bad entry from ever being loaded:
+- the directory is private (mode 0700) and every file is written under a
+  temporary name, then renamed into place (`os.replace`);
+- the library's SHA-256 and size are recorded when it is written, and the
+  record itself carries a checksum;
+- on load the library's bytes are read and checked, and those same bytes,
+  copied to a private file, are what `dlopen` sees. An entry that fails any
+  check is deleted and its function compiled again.
+
+The cache is bounded in size and evicts the least recently used entries.
+
+Exporting costs about as much as compiling did (LLVM's code generator runs
+again, then the C compiler links), so it runs on one background thread, off
+the path of the call that compiled; pending exports finish before the
+interpreter exits (`flush()` waits for them on demand). The linker runs in a
+session of its own, so interrupting or stopping the kernel does not kill it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm.support.cc import get_cc
+
+from .errors import TVMModuleError
+
+FORMAT = 1
+DEFAULT_MAX_BYTES = 512 * 2**20
+LIBRARY_SUFFIX = ".so"
+RECORD_SUFFIX = ".json"
+STALE_TEMP_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class CacheSummary:
+    """What `%tvmcache` shows: where the cache is, how full, and what it did in this kernel."""
+
+    location: str
+    entries: int
+    size: int
+    max_size: int
+    hits: int
+    misses: int
+    stored: int
+    rejected: int
+    pending: int
+    problem: str | None = None
+
+    def __repr__(self) -> str:
+        lines = [
+            f"compile cache: {self.location}",
+            f"  {self.entries} entries, {_megabytes(self.size)} of {_megabytes(self.max_size)}",
+            f"  this kernel: {self.hits} loaded, {self.misses} missed, {self.stored} stored, "
+            f"{self.rejected} rejected as damaged or stale, {self.pending} being written",
+        ]
+        if self.problem:
+            lines.append(f"  last problem: {self.problem}")
+        return "\n".join(lines)
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(repr(self))
+
+
+class _Rejected(Exception):
+    """An entry that must not be loaded: damaged, truncated, or not the function asked for."""
+
+
+class CompileCache:
+    """Compiled PrimFunc libraries in `directory`, at most `max_bytes` of them.
+
+    `Compiler` calls `load` before building a PrimFunc and `store` after.
+    Counters (`hits`, `misses`, `stored`, `rejected`) cover this process.
+    """
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.directory = Path(directory).expanduser().absolute()
+        self.max_bytes = max_bytes
+        self.hits = self.misses = self.stored = self.rejected = 0
+        self.problem: str | None = None
+        _make_private_directory(self.directory)
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tvm-compile-cache")
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+
+    # -- the Compiler's interface --------------------------------------------------
+    def load(self, name: str, func: tvm.tirx.PrimFunc, target_key: str) -> tvm.runtime.Module | None:
+        """The library of `func` compiled for `target_key`, if a verified entry has it; else None."""
+        structural_hash = str(tvm_ffi.structural_hash(func))
+        key = entry_key(name, structural_hash, target_key)
+        try:
+            lib = self._load_verified(key, name, structural_hash, target_key, func)
+        except _Rejected as why:
+            self._discard(key)
+            self.rejected += 1
+            self.problem = f"{name}: entry {key[:12]} rejected ({why}); compiling again"
+            lib = None
+        except OSError as err:  # the cache cannot be read: compile as if it were empty
+            self.problem = f"{name}: cannot read the cache ({err}); compiling again"
+            lib = None
+        if lib is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return lib
+
+    def store(self, name: str, func: tvm.tirx.PrimFunc, target_key: str, lib: tvm.runtime.Module) -> None:
+        """Save `lib` as the entry of `func`; the export runs on the background thread.
+
+        A cache that cannot take the entry never fails the compile that made it: the
+        function is compiled again next time, and `%tvmcache` shows what went wrong.
+        """
+        structural_hash = str(tvm_ffi.structural_hash(func))
+        key = entry_key(name, structural_hash, target_key)
+        try:
+            script = func.script()
+        except Exception as err:  # a PrimFunc TVMScript cannot print can still run; it is just not cached
+            self.problem = f"{name}: not cached, its TVMScript does not print ({_first_line(err)})"
+            return
+        record = {
+            "format": FORMAT,
+            "name": name,
+            "target": target_key,
+            "structural_hash": structural_hash,
+            "environment": environment(),
+            "script": script,
+        }
+        future = self._writer.submit(self._write, key, record, lib)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._done)
+
+    # -- looking and tidying -----------------------------------------------------
+    def flush(self) -> None:
+        """Wait until every export started so far is on disk."""
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return
+            for future in pending:
+                future.exception()
+
+    def summary(self) -> CacheSummary:
+        entries = self._entries()
+        with self._lock:
+            pending = len(self._pending)
+        return CacheSummary(
+            str(self.directory), len(entries), sum(e.size for e in entries), self.max_bytes,
+            self.hits, self.misses, self.stored, self.rejected, pending, self.problem,
+        )
+
+    def clear(self) -> int:
+        """Delete every entry (after pending exports finish); returns how many there were."""
+        self.flush()
+        entries = self._entries()
+        for path in self.directory.iterdir():
+            _remove(path)
+        return len(entries)
+
+    # -- loading -------------------------------------------------------------------
+    def _load_verified(self, key: str, name: str, structural_hash: str, target_key: str,
+                       func) -> tvm.runtime.Module | None:
+        record_path, library_path = self._paths(key)
+        try:
+            raw = record_path.read_bytes()
+        except FileNotFoundError:
+            return None
+        record = _parse_record(raw)
+        expected = {"format": FORMAT, "name": name, "target": target_key, "environment": environment(),
+                    "structural_hash": structural_hash}
+        for field_name, value in expected.items():
+            if record.get(field_name) != value:
+                raise _Rejected(f"recorded {field_name} differs")
+        if record.get("script") != func.script():
+            raise _Rejected("the stored function is not this one (same hash, different TVMScript)")
+        try:
+            library = library_path.read_bytes()
+        except FileNotFoundError:
+            raise _Rejected("its library file is missing") from None
+        if len(library) != record.get("library_bytes") or _sha256(library) != record.get("library_sha256"):
+            raise _Rejected("its library does not match the checksum recorded when it was written")
+        lib = self._load_library(library, name)
+        _touch(record_path)
+        return lib
+
+    def _load_library(self, library: bytes, name: str) -> tvm.runtime.Module:
+        """`dlopen` a private copy of bytes already verified, so what was checked is what loads."""
+        fd, path = tempfile.mkstemp(dir=self.directory, prefix=".load-", suffix=LIBRARY_SUFFIX)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(library)
+            lib = tvm.runtime.load_module(path)
+            lib.get_function(name)
+        except Exception as err:  # a library that passed its checksum but does not load: discard it
+            raise _Rejected(f"it does not load: {_first_line(err)}") from err
+        finally:
+            _remove(Path(path))
+        return lib
+
+    # -- writing (background thread) -----------------------------------------------
+    def _write(self, key: str, record: dict, lib: tvm.runtime.Module) -> None:
+        record_path, library_path = self._paths(key)
+        _make_private_directory(self.directory)  # again: someone may have deleted it since
+        with tempfile.TemporaryDirectory(dir=self.directory, prefix=".work-") as work:
+            built = Path(work) / f"{key}{LIBRARY_SUFFIX}"
+            lib.export_library(str(built), fcompile=_link_shared, workspace_dir=work)
+            library = built.read_bytes()
+            record = {**record, "library_sha256": _sha256(library), "library_bytes": len(library),
+                      "written": time.time()}
+            os.chmod(built, 0o600)
+            os.replace(built, library_path)
+        _write_atomically(record_path, _dump_record(record))
+        self.stored += 1
+        self._evict()
+
+    def _done(self, future: Future) -> None:
+        with self._lock:
+            self._pending.discard(future)
+        err = future.exception()
+        if err is not None:  # a failed export only means this function is compiled again next time
+            self.problem = f"writing an entry failed: {_first_line(err)}"
+
+    def _evict(self) -> None:
+        """Delete least recently used entries until the cache fits its bound; sweep stale temp files."""
+        now = time.time()
+        for path in self.directory.glob(".*"):
+            if now - _mtime(path) > STALE_TEMP_SECONDS:
+                _remove(path)
+        entries = sorted(self._entries(), key=lambda e: e.last_used)
+        total = sum(e.size for e in entries)
+        while entries and total > self.max_bytes:
+            oldest = entries.pop(0)
+            self._discard(oldest.key)
+            total -= oldest.size
+
+    # -- files ---------------------------------------------------------------------
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        return self.directory / f"{key}{RECORD_SUFFIX}", self.directory / f"{key}{LIBRARY_SUFFIX}"
+
+    def _discard(self, key: str) -> None:
+        for path in self._paths(key):
+            _remove(path)
+
+    def _entries(self) -> list[_Entry]:
+        found: dict[str, _Entry] = {}
+        for path in self.directory.iterdir():
+            if path.name.startswith(".") or path.suffix not in (RECORD_SUFFIX, LIBRARY_SUFFIX):
+                continue
+            try:
+                info = path.stat()
+            except FileNotFoundError:
+                continue
+            entry = found.setdefault(path.stem, _Entry(path.stem))
+            entry.size += info.st_size
+            if path.suffix == RECORD_SUFFIX or not entry.last_used:
+                entry.last_used = info.st_mtime
+        return list(found.values())
+
+
+@dataclass
+class _Entry:
+    key: str
+    size: int = 0
+    last_used: float = 0.0
+
+
+def _link_shared(output: str, objects: list[str], **_options) -> None:
+    """TVM's `create_shared` link, with the compiler in a session of its own.
+
+    Front ends interrupt and stop a kernel by signalling its whole process
+    group (jupyter_client sends SIGINT, then SIGTERM, when a kernel shuts
+    down); a link running then would be killed and its entry lost.
+    """
+    command = [get_cc() or "cc", "-shared", "-fPIC", "-o", output, *objects]
+    if sys.platform == "darwin":
+        command[2:2] = ["-undefined", "dynamic_lookup"]
+    done = subprocess.run(command, capture_output=True, text=True, start_new_session=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"linking failed ({' '.join(command)}): {(done.stdout + done.stderr).strip()}")
+
+
+# -- keys ------------------------------------------------------------------------------
+def entry_key(name: str, structural_hash: str, target_key: str) -> str:
+    """The file name of a PrimFunc's entry: everything that decides what its compiled library is."""
+    parts = [FORMAT, name, target_key, structural_hash, environment()]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+
+
+@cache
+def environment() -> dict[str, str]:
+    """What else shapes a compiled library: TVM, tvm-ffi and this package's versions, and the host."""
+    from . import __version__
+
+    return {
+        "tvm": tvm.__version__,
+        "tvm_ffi": tvm_ffi.__version__,
+        "tvm_pyfunc_nb": __version__,
+        "machine": platform.machine(),
+        "cpu": str(tvm.target.codegen.llvm_get_system_cpu()),
+    }
+
+
+# -- records ---------------------------------------------------------------------------
+def _dump_record(record: dict) -> bytes:
+    body = json.dumps(record, sort_keys=True)
+    return json.dumps({"checksum": _sha256(body.encode()), "record": body}).encode()
+
+
+def _parse_record(raw: bytes) -> dict:
+    try:
+        wrapper = json.loads(raw)
+        body = wrapper["record"]
+        if _sha256(body.encode()) != wrapper["checksum"]:
+            raise _Rejected("its record does not match the checksum it was written with")
+        return json.loads(body)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise _Rejected(f"its record is unreadable ({type(err).__name__})") from None
+
+
+# -- small file helpers ------------------------------------------------------------------
+def _make_private_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = directory.stat()
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise PermissionError("it belongs to another user")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            directory.chmod(0o700)
+    except OSError as err:
+        raise TVMModuleError(
+            f"cannot use {directory} as the compile cache: {err.strerror or err}; "
+            "choose another with %config TVMModuleMagics.cache_dir = '...' ('' turns it off)"
+        ) from err
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        _remove(Path(temp))
+        raise
+
+
+def _remove(path: Path) -> None:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:  # evicted meanwhile by another kernel: nothing to mark
+        pass
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return time.time()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 2**20:.1f} MB"
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
