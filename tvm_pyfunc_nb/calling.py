@@ -229,8 +229,11 @@ def _input_sizes(prim_func: tirx.PrimFunc, args: Sequence) -> dict[str, int]:
 def _concrete(dim, bindings: dict[str, int], function: str) -> int:
     if isinstance(dim, int):
         return dim
-    if isinstance(dim, str):
-        dim = tirx.Var(dim, "int64")
+    if isinstance(dim, str):  # R.Tensor(("n",), ...) outside a parse: the size is known by name
+        if dim not in bindings:
+            raise CallError(f"cannot tell the size `{dim}` of an output from the inputs; "
+                            f"known sizes: {bindings or 'none'}", function=function)
+        return bindings[dim]
     analyzer = Analyzer()
     for var in _vars_of(dim):
         if var.name not in bindings:
@@ -238,7 +241,7 @@ def _concrete(dim, bindings: dict[str, int], function: str) -> int:
                 f"cannot tell the size `{var.name}` of an output from the inputs; "
                 f"known sizes: {bindings or 'none'}", function=function,
             )
-        analyzer.bind(var, tirx.IntImm(var.dtype, bindings[var.name]))
+        analyzer.bind(var, tirx.IntImm(str(var.ty), bindings[var.name]))
     value = analyzer.simplify(dim)
     if not isinstance(value, tirx.IntImm):
         raise CallError(f"output size {dim} does not reduce to a number", function=function)
