@@ -22,10 +22,12 @@ from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
-from .crash_guards import guard_division, missing_symbols
+from .crash_guards import guard_bounds, guard_division, missing_symbols
 from .errors import CompileError
 
 MAX_KEPT_LIBRARIES = 256
+# Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB each).
+MAX_KEPT_VERSIONS = 4
 
 
 @dataclass(frozen=True)
@@ -70,10 +72,12 @@ class Compiler:
         # `on_compile(kind, names)`: a context manager around each TVM build (views show long ones)
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, object]]] = OrderedDict()
+        self._versions: dict[str, list[int]] = {}  # name -> keys of its kept libraries, oldest first
 
     def clear(self) -> None:
         """Forget every compiled library this compiler keeps in memory."""
         self._libs.clear()
+        self._versions.clear()
 
     # -- PrimFuncs -----------------------------------------------------------------
     def prim_func(self, name: str, func: tvm.tirx.PrimFunc, *, use_cache: bool = True):
@@ -83,16 +87,17 @@ class Compiler:
             for known, lib in self._libs.get(key, ()):
                 if tvm_ffi.structural_equal(known, func):
                     self._libs.move_to_end(key)
+                    self._note_version(name, key)
                     self.stats.cache_hits += not isinstance(lib, CompileError)
                     return _raise_if_failed(lib, name)
             lib = self.persistent.load(name, func, self.target_key) if self.persistent else None
             if lib is not None:
                 self.stats.cache_hits += 1
-                self._remember(key, func, lib)
+                self._remember(name, key, func, lib)
                 return lib
         with self._compiling("tir", (name,)):
             lib = self._build_prim_func(name, func)
-        self._remember(key, func, lib)
+        self._remember(name, key, func, lib)
         if self.persistent and not isinstance(lib, CompileError):
             self.persistent.store(name, func, self.target_key, lib)
         return _raise_if_failed(lib, name)
@@ -106,7 +111,7 @@ class Compiler:
             )
         start = time.perf_counter()
         try:
-            guarded = guard_division(func, name)
+            guarded = guard_bounds(guard_division(func, name), name)
             mod = tvm.IRModule({tvm.ir.GlobalVar(name): guarded.with_attr("global_symbol", name)})
             lib = tvm.tirx.build(mod, target=self.target)
             lib.get_function(name)  # JIT now, so the time is counted here and not at the first call
@@ -118,11 +123,21 @@ class Compiler:
             self._record("tir", (name,), start)
         return lib
 
-    def _remember(self, key: int, func, lib) -> None:
+    def _remember(self, name: str, key: int, func, lib) -> None:
         self._libs.setdefault(key, []).append((func, lib))
         self._libs.move_to_end(key)
+        self._note_version(name, key)
         while len(self._libs) > MAX_KEPT_LIBRARIES:
             self._libs.popitem(last=False)
+
+    def _note_version(self, name: str, key: int) -> None:
+        """`key` is the latest version of `name`; versions older than the last few are released."""
+        versions = self._versions.setdefault(name, [])
+        if key in versions:
+            versions.remove(key)
+        versions.append(key)
+        while len(versions) > MAX_KEPT_VERSIONS:
+            self._libs.pop(versions.pop(0), None)
 
     # -- Relax VM ------------------------------------------------------------------
     def relax_vm(self, mod: tvm.IRModule, device, *, use_cache: bool = True):

@@ -35,7 +35,7 @@ from .pyfunc_loader import (
     CellGlobals, forget_cell_text, load_pyfunc, register_cell_text, run_preamble, runtime_pyfunc_source,
 )
 from .relax_rewrite import py_func_calls, rebind_global_vars, referenced_global_vars, rename_py_func_calls
-from .tensors import to_torch, to_tvm_args
+from .tensors import to_torch, to_tvm_args, write_back
 from .tvmscript_parse import parse_fragment
 
 _cell_numbers = itertools.count(1)
@@ -515,8 +515,10 @@ class LiveModule:
                 out = func(live, *args, **kwargs) if takes_self else func(*args, **kwargs)
             except BaseException as err:
                 live._record(name, args, None, start, (), err)
-                raise bad_pyfunc_arguments(name, func, entry.takes_self, args, kwargs, err) or pyfunc_error(
-                    name, line, err) from err
+                error = bad_pyfunc_arguments(name, func, takes_self, args, kwargs, err) or pyfunc_error(name, line, err)
+                if error is err:
+                    raise  # already the package's error (e.g. from a call the pyfunc made): keep its own chain
+                raise error from err
             live.last_calls[name] = CallRecord(args, out, perf_counter() - start, (), None, now())
             return out
 
@@ -540,7 +542,12 @@ class LiveModule:
                 return live._fast(name)(*args)
             start = perf_counter()
             try:
-                out = compiled_fn[0](*args) if takes_as_is(args) else compiled_fn[0](*to_tvm_args(args))
+                if takes_as_is(args):
+                    out = compiled_fn[0](*args)
+                else:
+                    passed = to_tvm_args(args)
+                    out = compiled_fn[0](*passed)
+                    write_back(args, passed)  # outputs passed as views were written to contiguous copies
             except Exception as err:
                 error = explain_bad_call(name, specs, args, err, live.device)
                 live._record(name, args, None, start, (), error)

@@ -28,6 +28,7 @@ def new_prefix(module_name: str) -> str:
 
 
 def register(name: str, func: Callable) -> None:
+    """Make `func` what `R.call_py_func` calls under `name`, remembered so that `unregister` can restore it."""
     _entries[name] = func
     _register(name, func)
 
@@ -62,6 +63,7 @@ def was_cleared(err: BaseException) -> bool:
 
 
 def registered() -> list[str]:
+    """Every name this package has registered and not removed."""
     return list(_entries)
 
 

@@ -49,6 +49,7 @@ def register_cell_text(filename: str, header: str, text: str) -> None:
 
 
 def forget_cell_text(filename: str) -> None:
+    """Drop a cell's source from `linecache` once no function of that cell is left."""
     linecache.cache.pop(filename, None)
 
 

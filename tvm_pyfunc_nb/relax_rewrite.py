@@ -21,6 +21,7 @@ _CALL_PY_FUNC = tvm.ir.Op.get("relax.call_py_func")
 
 
 def referenced_global_vars(func: relax.Function) -> list[GlobalVar]:
+    """Every `GlobalVar` that `func` refers to: the functions it calls or passes to `call_tir`."""
     return list(relax.analysis.all_global_vars(func))
 
 
@@ -44,8 +45,8 @@ def rebind_global_vars(func: relax.Function, canonical: Mapping[str, GlobalVar])
     return _GlobalVarRebinder(canonical).visit_expr(func)
 
 
-def rename_py_func_calls(func: relax.Function, new_name: Callable[[str, list], str]) -> relax.Function:
-    """`func` with each `R.call_py_func("f", ..., out_ty=T)` calling `new_name("f", [T])` instead."""
+def rename_py_func_calls(func: relax.Function, new_name: Callable[[str, list, list], str]) -> relax.Function:
+    """`func` with each `R.call_py_func("f", x, ..., out_ty=T)` calling `new_name("f", [T], [type of x, ...])`."""
     if not py_func_calls(func):
         return func
     return _PyFuncCallRenamer(new_name).visit_expr(func)
@@ -63,7 +64,7 @@ class _GlobalVarRebinder(PyExprMutator):
 
 @mutator
 class _PyFuncCallRenamer(PyExprMutator):
-    def __init__(self, new_name: Callable[[str, list], str]):
+    def __init__(self, new_name: Callable[[str, list, list], str]):
         super().__init__()
         self.new_name = new_name
 
@@ -71,6 +72,6 @@ class _PyFuncCallRenamer(PyExprMutator):
         call = super().visit_call_(op)
         if not call.op.same_as(_CALL_PY_FUNC):
             return call
-        name = self.new_name(call.args[0].value, list(call.ty_args))
+        name = self.new_name(call.args[0].value, list(call.ty_args), [arg.ty for arg in call.args[1:]])
         args = [tvm.ir.StringImm(name), *call.args[1:]]
         return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)

@@ -33,6 +33,7 @@ TVM_DTYPES = {v: k for k, v in TORCH_DTYPES.items()}
 
 
 def to_torch_dtype(dtype: Any) -> torch.dtype:
+    """The torch dtype of a TVM dtype ("float32", `DataType`...); `CallError` if torch has none."""
     name = str(dtype)
     try:
         return TORCH_DTYPES[name]
@@ -42,7 +43,10 @@ def to_torch_dtype(dtype: Any) -> torch.dtype:
 
 def dtype_name(value: Any) -> str:
     """TVM's name of a tensor's dtype (`float32`, `bfloat16`, ...)."""
-    dtype = getattr(value, "dtype", None)
+    try:
+        dtype = getattr(value, "dtype", None)
+    except ValueError:  # a TVM tensor of a dtype TVM has no name for (complex)
+        return "unsupported-dtype"
     if isinstance(dtype, torch.dtype):
         return TVM_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
     return str(dtype)
@@ -51,16 +55,43 @@ def dtype_name(value: Any) -> str:
 def to_tvm_arg(value: Any) -> Any:
     """Make `value` something a compiled TVM function accepts; torch tensors pass as they are."""
     if isinstance(value, torch.Tensor):
+        if value.is_complex():  # TVM aborts the process while formatting its error about a complex dtype
+            raise CallError(f"complex tensors ({dtype_name(value)}) are not supported by TVM")
         return value if value.is_contiguous() else value.contiguous()
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
+        return to_tvm_arg(torch.from_numpy(np.ascontiguousarray(value)))
     if isinstance(value, (list, tuple)):
         return type(value)(to_tvm_arg(v) for v in value)
+    if isinstance(value, tvm_ffi.Tensor):
+        _check_dtype_is_known(value)
     return value
 
 
+def _check_dtype_is_known(tensor: tvm_ffi.Tensor) -> None:
+    try:
+        tensor.dtype
+    except ValueError as err:  # e.g. complex: TVM has no name for it, and aborts when it needs one
+        raise CallError(f"a tensor of a dtype TVM does not support: {err}") from None
+
+
 def to_tvm_args(args: tuple) -> list:
+    """Call arguments as TVM takes them (`to_tvm_arg` for each)."""
     return [to_tvm_arg(a) for a in args]
+
+
+def write_back(originals: tuple, passed: list) -> None:
+    """Copy what a kernel wrote into the contiguous copies `to_tvm_args` made back into the originals.
+
+    A PrimFunc writes its outputs in place; an output given as a view (a slice, a transpose)
+    went in as a copy. Expanded tensors (a stride of 0) cannot be written and are left alone.
+    """
+    for original, copy in zip(originals, passed):
+        if copy is original:
+            continue
+        if isinstance(original, torch.Tensor) and 0 not in original.stride():
+            original.copy_(copy)
+        elif isinstance(original, np.ndarray) and original.flags.writeable and 0 not in original.strides:
+            np.copyto(original, copy.numpy())
 
 
 def to_tvm_tensor(value: Any) -> Any:
@@ -89,6 +120,24 @@ def to_torch(value: Any) -> Any:
 
 def describe(value: Any) -> str:
     """`float32[2, 3]` for a tensor, the type name otherwise: for error messages."""
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
+    if is_tensor_like(value):
         return f"{dtype_name(value)}{list(value.shape)}"
     return type(value).__name__
+
+
+def is_tensor_like(value: Any) -> bool:
+    """Whether `value` has a shape and a dtype (a dtype TVM cannot name counts: it is still a tensor)."""
+    try:
+        return hasattr(value, "shape") and hasattr(value, "dtype")
+    except ValueError:
+        return True
+
+
+def device_name(value: Any) -> str | None:
+    """`cpu:0`, `cuda:1`, `meta:0`... for a tensor, None for anything else."""
+    device = getattr(value, "device", None)
+    if isinstance(device, torch.device):
+        return f"{device.type}:{device.index or 0}"
+    if isinstance(value, np.ndarray):
+        return "cpu:0"
+    return str(device) if isinstance(value, tvm_ffi.Tensor) else None

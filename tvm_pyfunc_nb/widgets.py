@@ -78,6 +78,7 @@ class _View(widgets.VBox):
     def close(self) -> None:
         """Close this view and every widget in it (the widgets library closes only the box)."""
         close_tree(self.children)
+        close_parts(self)
         super().close()
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
@@ -224,7 +225,15 @@ _NOTHING, _REPLACED = object(), object()
 def close_tree(children) -> None:
     for child in children:
         close_tree(getattr(child, "children", ()))
+        close_parts(child)
         child.close()
+
+
+def close_parts(widget: widgets.Widget) -> None:
+    """Close a widget's layout and style: widgets of their own, which the library leaves open (and kept)."""
+    for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
+        if isinstance(part, widgets.Widget):
+            part.close()
 
 
 def _column(flex: str, min_width: str) -> widgets.Layout:

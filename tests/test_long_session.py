@@ -1,0 +1,107 @@
+"""A long editing session: 300 edit / re-run / call cycles on a module of TIR, Relax and pyfuncs.
+
+What a session leaves behind must stay bounded: the process's memory, the
+`R.call_py_func` registry, the Relax VMs and compiled libraries alive, the
+views on screen. Every cycle edits one cell (a new constant, so TVM really
+compiles), calls everything and checks the numbers; every tenth cycle also
+runs a broken edit and a bad call, which must change nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import ipywidgets
+import psutil
+import pytest
+import torch
+from tvm import relax
+
+from tvm_pyfunc_nb import CallError, TVMScriptError, display, py_registry
+from tvm_pyfunc_nb.compiler import MAX_KEPT_VERSIONS
+
+pytestmark = pytest.mark.slow
+
+CYCLES = 300
+MEASURED = 200  # growth is measured over the last MEASURED cycles (the first ones warm caches up)
+MAX_GROWTH_MB = 25  # measured: ~14 MB, most of it IPython keeping each cell's output view in `Out`
+
+KERNEL = '''
+@T.prim_func
+def add_k(a: T.handle, b: T.handle, c: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (n,), "float32")
+    C = T.match_buffer(c, (n,), "float32")
+    for i in range(n):
+        C[i] = A[i] + B[i] * T.float32({k})
+'''
+PYFUNCS = '''
+@I.pyfunc
+def post(self, x):
+    return x + {k}
+
+@I.pyfunc
+def main(self, x, y):
+    z = self.call_tir(self.add_k, [x, y], out_ty=R.Tensor((x.shape[0],), "float32"))
+    return self.post(z)
+'''
+GRAPH = '''
+@R.function
+def pipe(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
+    n = T.int64()
+    cls = session
+    z = R.call_tir(cls.add_k, (x, y), out_ty=R.Tensor((n,), "float32"))
+    w = R.call_py_func("post", z, out_ty=R.Tensor((n,), "float32"))
+    return R.multiply(w, R.const({k}, "float32"))
+'''
+CELLS = {"kernel": KERNEL, "pyfuncs": PYFUNCS, "graph": GRAPH}
+BROKEN = '''
+@R.function
+def broken(x: R.Tensor((4,), "float32")):
+    return R.no_such_op(x)
+'''
+X = torch.arange(8, dtype=torch.float32)
+Y = torch.ones(8)
+
+
+def rss_mb() -> float:
+    gc.collect()
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def live_vms() -> int:
+    return sum(isinstance(o, relax.VirtualMachine) for o in gc.get_objects())
+
+
+def test_300_edit_run_call_cycles_stay_bounded(shell):
+    shell.ns.update(X=X, Y=Y)
+    k = {"kernel": 1, "pyfuncs": 2, "graph": 3}
+    for cell_id, body in CELLS.items():
+        shell.cell("session", body.format(k=k[cell_id]), cell_id=cell_id)
+    rss, open_widgets = {}, {}
+    for cycle in range(1, CYCLES + 1):
+        edited = list(CELLS)[cycle % 3]
+        k[edited] = cycle + 3
+        shell.cell("session", CELLS[edited].format(k=k[edited]), cell_id=edited)
+        session = shell.ns["session"]
+        expected = X + Y * k["kernel"] + k["pyfuncs"]
+        assert torch.equal(session.main(X, Y), expected)
+        assert torch.equal(session.pipe(X, Y), expected * k["graph"])
+        if cycle % 10 == 0:
+            broken = CELLS[edited].format(k=k[edited]) + BROKEN
+            shell.cell("session", broken, cell_id=edited, expect_error=TVMScriptError)
+            shell.run("session.pipe(X[:3], Y)", expect_error=CallError)
+            assert torch.equal(session.pipe(X, Y), expected * k["graph"])
+        if cycle % 50 == 0 or cycle == CYCLES - MEASURED:
+            rss[cycle] = rss_mb()
+            open_widgets[cycle] = len(ipywidgets.Widget.widgets)
+            assert len(py_registry.registered()) == 1  # the one R.call_py_func site of `pipe`
+            assert live_vms() <= 2
+            assert sum(len(v) for v in session._compiler._libs.values()) <= 8 * MAX_KEPT_VERSIONS
+            assert len(display.views_of(session)) <= len(CELLS)
+    figures = ", ".join(f"{cycle}: {mb:.1f}" for cycle, mb in sorted(rss.items()))
+    growth = rss[CYCLES] - rss[CYCLES - MEASURED]
+    print(f"\nRSS in MB after cycle {figures}; growth over the last {MEASURED} cycles: {growth:.1f} MB")
+    assert growth < MAX_GROWTH_MB, figures
+    assert open_widgets[CYCLES] == open_widgets[CYCLES - MEASURED], open_widgets  # replaced views are closed

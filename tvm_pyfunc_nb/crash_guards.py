@@ -1,0 +1,213 @@
+"""Checks in front of the TVM paths that kill the process instead of raising.
+
+TVM trusts its input in a few places: given these, it does not raise but
+aborts or segfaults, and a notebook kernel dies with every live module in it.
+Each check turns one such input into an ordinary error of this package
+before TVM sees it.
+
+- A PrimFunc that provably reads or writes outside a buffer: `out_of_bounds`
+  runs TVM's own static `OOBChecker` when the cell runs.
+- A PrimFunc whose accesses depend on run-time values (a loop over `n` into
+  a buffer of size `m`, an index read from data): `guard_bounds` asserts
+  each access TVM cannot prove in bounds, before a CPU compile. TVM has no
+  working run-time bound checks of its own for these functions.
+- A PrimFunc calling an external symbol this process does not have: LLVM's
+  JIT reports "Symbols not found" and still hands back an address that
+  segfaults when called (`missing_symbols`, before a CPU compile).
+- Integer division or remainder by a value known only at run time: the CPU
+  traps on zero (SIGFPE). `guard_division` puts an assert in front of each
+  statement that divides, so the call raises like any failed TVM assert.
+- Complex tensors: TVM aborts while formatting its own dtype error (see
+  `tensors.to_tvm_arg`).
+
+Reads in the branches of `T.if_then_else` are left unguarded: only the branch
+taken runs, so they are often guarded by the condition (padding).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+from tvm.sym import Analyzer
+
+_EXTERN_CALLS = {"tirx.call_extern", "tirx.call_pure_extern", "tirx.call_cpacked"}
+_DIVISIONS = (tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod)
+_IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
+# The expressions a statement evaluates itself (not those of the statements it contains).
+_OWN_EXPRESSIONS = {
+    tirx.BufferStore: ("value", "indices"),
+    tirx.Bind: ("value",),
+    tirx.LetStmt: ("value",),
+    tirx.Evaluate: ("value",),
+    tirx.IfThenElse: ("condition",),
+    tirx.For: ("min", "extent"),
+}
+_OOB_MESSAGE = re.compile(r"Out of bounds memory access on (.*?)\.?\s*$", re.MULTILINE)
+_OOB_PATH = re.compile(r"Access path: <root>\.functions\[[^\]]*\](\S*)")
+_PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
+
+
+# -- reads and writes outside a buffer ---------------------------------------------------
+def out_of_bounds(func: tirx.PrimFunc) -> tuple[str, int | None] | None:
+    """`(what, line)` when TVM can prove that `func` touches memory outside a buffer, else None.
+
+    `line` is the line of the offending statement in the source `func` was
+    parsed from (cell lines, for functions parsed from a cell), if known.
+    """
+    try:
+        tvm.s_tir.analysis.OOBChecker()(tvm.IRModule({"main": func}))
+    except Exception as err:  # OOBChecker reports through a ScheduleError carrying the IR
+        text = str(err)
+        found = _OOB_MESSAGE.search(text)
+        if found is None:
+            return None
+        return f"reads or writes outside a buffer: {found.group(1)}", _line_of_path(func, text)
+    return None
+
+
+def _line_of_path(func: tirx.PrimFunc, text: str) -> int | None:
+    """Follow the access path of OOBChecker's report to the innermost node with a source line."""
+    path = _OOB_PATH.search(text)
+    if path is None:
+        return None
+    node, line = func, None
+    for attr, index in _PATH_STEP.findall(path.group(1)):
+        try:
+            node = node[int(index)] if index else getattr(node, attr)
+        except (AttributeError, IndexError, TypeError):
+            continue
+        span = getattr(node, "span", None)
+        if span is not None and getattr(span, "line", 0) > 0:
+            line = span.line
+    return line
+
+
+# -- external symbols ----------------------------------------------------------------------
+def missing_symbols(func: tirx.PrimFunc) -> list[str]:
+    """External symbols `func` calls (`T.call_extern` and kin) that this process does not provide."""
+    names: set[str] = set()
+
+    def visit(call) -> None:
+        if getattr(call.op, "name", None) in _EXTERN_CALLS and call.args and hasattr(call.args[0], "value"):
+            names.add(str(call.args[0].value))
+
+    tvm_ffi.structural_walk(func.body, [(tvm.ir.Call, visit)])
+    process = ctypes.CDLL(None)
+    return sorted(name for name in names if not hasattr(process, name))
+
+
+# -- integer division by zero ----------------------------------------------------------------
+def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
+    """`func` with an assert `divisor != 0` before each statement dividing integers by a non-constant.
+
+    Divisions in the branches of `T.if_then_else` are left alone: only the
+    branch taken is evaluated, so the user may have guarded them already.
+    """
+    if not _divisors_in(func.body):
+        return func
+    message = [tvm.ir.StringImm(f"integer division or remainder by zero in `{name}`")]
+
+    def guard(stmt, mutator):
+        new = mutator.default_mutate(stmt)
+        divisors = [d for field in _OWN_EXPRESSIONS[type(stmt)] for d in _divisors_in(getattr(stmt, field))]
+        if not divisors:
+            return new
+        condition = None
+        for divisor in divisors:
+            nonzero = tirx.NE(divisor, tirx.const(0, str(divisor.ty)))
+            condition = nonzero if condition is None else tirx.And(condition, nonzero)
+        # AssertStmt's Python constructor passes (kind, condition) to an FFI constructor
+        # that takes (condition, kind): give them in the order the FFI expects.
+        check = tirx.AssertStmt(condition, tvm.ir.StringImm("RuntimeError"), message)
+        return tirx.SeqStmt([check, new])
+
+    return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), guard)])
+
+
+def _divisors_in(node) -> list:
+    """Non-constant integer divisors evaluated by `node` (an expression, a statement, or a list of them)."""
+    found = []
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
+            return visitor.visit(value.args[0])
+        if isinstance(value, (tirx.Let, tirx.Reduce)):
+            return None  # their divisors may use variables bound inside them
+        if (isinstance(value, _DIVISIONS) and str(value.ty).startswith(("int", "uint"))
+                and not isinstance(value.b, tirx.IntImm)):
+            found.append(value.b)
+        return visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(node, [(object, visit)])
+    return found
+
+
+# -- reads and writes whose bounds depend on run-time values -----------------------------------
+def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
+    """`func` with an assert before each statement whose buffer accesses TVM cannot prove in bounds.
+
+    Loop ranges and bound values are known to the prover, so the accesses of a kernel
+    whose sizes agree need no assert and cost nothing. Functions with `T.sblock`s
+    (schedulable TIR, e.g. what Relax generates) are left as they are.
+    """
+    if _has_sblocks(func):
+        return func
+    analyzer = Analyzer()
+    message = [tvm.ir.StringImm(f"index out of bounds in `{name}`")]
+
+    def scope(stmt, mutator):
+        if isinstance(stmt, tirx.For):
+            analyzer.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(stmt.min, stmt.extent), allow_override=True)
+        elif isinstance(stmt, (tirx.Bind, tirx.LetStmt)):
+            analyzer.bind(stmt.var, stmt.value, allow_override=True)
+        new = mutator.default_mutate(stmt)
+        accesses = [(stmt.buffer, stmt.indices)] if isinstance(stmt, tirx.BufferStore) else []
+        for field in _OWN_EXPRESSIONS[type(stmt)]:
+            accesses += _loads_in(getattr(stmt, field))
+        doubtful = [c for buffer, indices in accesses for c in _bounds(buffer, indices) if not analyzer.can_prove(c)]
+        if not doubtful:
+            return new
+        condition = doubtful[0]
+        for more in doubtful[1:]:
+            condition = tirx.And(condition, more)
+        check = tirx.AssertStmt(condition, tvm.ir.StringImm("RuntimeError"), message)  # see guard_division
+        return tirx.SeqStmt([check, new])
+
+    return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)])
+
+
+def _bounds(buffer, indices) -> list:
+    conditions = []
+    for index, size in zip(indices, buffer.shape):
+        if "x" in str(index.ty):  # a vector of indices (T.ramp): left to the static check
+            continue
+        zero = tirx.const(0, str(index.ty))
+        conditions += [tirx.GE(index, zero), tirx.LT(index, tirx.Cast(str(index.ty), size))]
+    return conditions
+
+
+def _loads_in(node) -> list:
+    """`(buffer, indices)` of the buffer reads `node` evaluates (not those in `T.if_then_else` branches)."""
+    found = []
+
+    def visit(value, visitor):
+        if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
+            return visitor.visit(value.args[0])
+        if isinstance(value, (tirx.Let, tirx.Reduce)):
+            return None  # their indices may use variables bound inside them
+        if isinstance(value, tvm.ir.TensorLoad) and isinstance(value.source, tirx.Buffer):
+            found.append((value.source, value.indices))
+        return visitor.default_visit(value)
+
+    tvm_ffi.structural_visit(node, [(object, visit)])
+    return found
+
+
+def _has_sblocks(func: tirx.PrimFunc) -> bool:
+    found = []
+    tvm_ffi.structural_walk(func.body, [((s_tir.SBlock, s_tir.SBlockRealize), found.append)])
+    return bool(found)
