@@ -527,11 +527,27 @@ class LiveModule:
         return call
 
     def _primfunc_callable(self, entry: FunctionEntry) -> Callable:
-        name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
         mark = len(self.stats.compiles)
-        # in a list, which `release` empties: a traceback's snapshot of this call's locals holds the list
-        compiled_fn = [self._compiled_prim_func(entry)[name]]
-        compiled = tuple(self.stats.since(mark))
+        function = self._compiled_prim_func(entry)[entry.name]
+        return self._compiled_callable(entry, function, tuple(self.stats.since(mark)), writes_args=True)
+
+    def _relax_callable(self, entry: FunctionEntry) -> Callable:
+        mark = len(self.stats.compiles)
+        vm = self._ensure_vm()
+        self._compiled_generation = self._generation
+        if entry.name in self._vm_failures:
+            raise self._vm_failures[entry.name]
+        return self._compiled_callable(entry, vm[entry.name], tuple(self.stats.since(mark)), writes_args=False)
+
+    def _compiled_callable(self, entry: FunctionEntry, function, compiled: tuple, *, writes_args: bool) -> Callable:
+        """The fast path of a compiled PrimFunc or Relax function: torch in, torch out, the call recorded.
+
+        The compiled function sits in a list that `release` empties: a callable may
+        outlive a change (held by a user, or by a traceback in IPython's history),
+        and then it asks the module again instead of keeping old code alive.
+        """
+        name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
+        holder = [function]
         perf_counter, now = time.perf_counter, time.time
 
         def call(*args, **kwargs):
@@ -543,47 +559,13 @@ class LiveModule:
             start = perf_counter()
             try:
                 if takes_as_is(args):
-                    out = compiled_fn[0](*args)
+                    out = holder[0](*args)
                 else:
                     passed = to_tvm_args(args)
-                    out = compiled_fn[0](*passed)
-                    write_back(args, passed)  # outputs passed as views were written to contiguous copies
-            except Exception as err:
-                error = explain_bad_call(name, specs, args, err, live.device)
-                live._record(name, args, None, start, (), error)
-                raise error from err
-            live.last_calls[name] = CallRecord(args, out, perf_counter() - start, compiled, None, now())
-            compiled = ()
-            return out
-
-        def release() -> None:
-            compiled_fn.clear()
-
-        call.__name__ = call.__qualname__ = name
-        call.release = release
-        return call
-
-    def _relax_callable(self, entry: FunctionEntry) -> Callable:
-        name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
-        mark = len(self.stats.compiles)
-        vm = self._ensure_vm()
-        self._compiled_generation = self._generation
-        if name in self._vm_failures:
-            raise self._vm_failures[name]
-        vm_fn = [vm[name]]  # in a list, which `release` empties (see `_primfunc_callable`)
-        compiled = tuple(self.stats.since(mark))
-        perf_counter, now = time.perf_counter, time.time
-
-        def call(*args, **kwargs):
-            nonlocal compiled
-            if kwargs:
-                args = keywords_to_positions(name, specs, args, kwargs)
-            if live._generation != generation:
-                return live._fast(name)(*args)
-            start = perf_counter()
-            try:
-                out = vm_fn[0](*args) if takes_as_is(args) else vm_fn[0](*to_tvm_args(args))
-                if out.__class__ is not torch.Tensor:
+                    out = holder[0](*passed)
+                    if writes_args:
+                        write_back(args, passed)  # outputs passed as views were written to contiguous copies
+                if out is not None and out.__class__ is not torch.Tensor:
                     out = to_torch(out)
             except Exception as err:
                 if py_registry.was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
@@ -597,11 +579,8 @@ class LiveModule:
             compiled = ()
             return out
 
-        def release() -> None:
-            vm_fn.clear()
-
         call.__name__ = call.__qualname__ = name
-        call.release = release
+        call.release = holder.clear
         return call
 
     def _record(self, name, args, out, start, compiled, error=None) -> None:
