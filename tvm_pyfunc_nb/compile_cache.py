@@ -315,8 +315,10 @@ def entry_key(name: str, structural_hash: str, target_key: str) -> str:
 def environment() -> dict[str, str]:
     """What else shapes a compiled library: TVM, tvm-ffi and this package's versions, and the host."""
     from . import __version__
+    from .crash_guards import GUARDS_VERSION
 
     return {
+        "guards": str(GUARDS_VERSION),
         "tvm": tvm.__version__,
         "tvm_ffi": tvm_ffi.__version__,
         "tvm_pyfunc_nb": __version__,

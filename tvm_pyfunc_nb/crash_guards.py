@@ -34,6 +34,9 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
+# Part of the compile cache's key: a library built under other guards is another library.
+GUARDS_VERSION = 1
+
 _EXTERN_CALLS = {"tirx.call_extern", "tirx.call_pure_extern", "tirx.call_cpacked"}
 _DIVISIONS = (tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod)
 _IF_THEN_ELSE = tvm.ir.Op.get("prim.if_then_else")
