@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import tvm_ffi
 
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from tvm_pyfunc_nb import CellSyntaxError, IllFormedModuleError, LiveModule, TVMScriptError

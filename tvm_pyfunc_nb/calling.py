@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import inspect
 import threading
-import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import tvm
 import tvm_ffi
 from tvm import relax, tirx
 from tvm.relax.script.parser.entry import TensorProxy
@@ -401,9 +399,3 @@ def _quick_check_of(expected: list[TensorSpec]) -> tuple[torch.dtype, int, tuple
     spec = expected[0]
     static_sizes = tuple((axis, d) for axis, d in enumerate(spec.dims) if isinstance(d, int))
     return TORCH_DTYPES[spec.dtype], len(spec.dims), static_sizes
-
-
-def timed(func: Callable, *args) -> tuple[Any, float]:
-    start = time.perf_counter()
-    out = func(*args)
-    return out, time.perf_counter() - start

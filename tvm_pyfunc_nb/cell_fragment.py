@@ -44,10 +44,6 @@ class CellFragment:
     full_class: str | None = None  # the class name when the body is a full `@I.ir_module` class
     preamble: list[tuple[str, int]] = field(default_factory=list)  # (statement, cell line), run before the functions
 
-    @property
-    def names(self) -> list[str]:
-        return list(self.functions)
-
 
 def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragment:
     """Parse a cell body into a `CellFragment`, or raise `CellSyntaxError` naming the line."""

@@ -74,14 +74,6 @@ class UpdateResult:
     replaced: dict[str, str] = field(default_factory=dict)  # name -> where the earlier definition came from
     compiled: list[CompileRecord] = field(default_factory=list)
 
-    def summary(self) -> str:
-        lines = [f"{self.module}: defined {', '.join(self.defined) or 'nothing'}"]
-        for name, origin in self.replaced.items():
-            lines.append(f"  {name} replaces the definition from {origin}")
-        if self.removed:
-            lines.append(f"  removed {', '.join(self.removed)}")
-        return "\n".join(lines)
-
 
 class LiveModule:
     """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
