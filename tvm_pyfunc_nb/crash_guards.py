@@ -27,6 +27,7 @@ taken runs, so they are often guarded by the condition (padding).
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 
 import tvm
@@ -119,34 +120,53 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
         divisors = [d for field in _OWN_EXPRESSIONS[type(stmt)] for d in _divisors_in(getattr(stmt, field))]
         if not divisors:
             return new
-        condition = None
-        for divisor in divisors:
-            nonzero = tirx.NE(divisor, tirx.const(0, str(divisor.ty)))
-            condition = nonzero if condition is None else tirx.And(condition, nonzero)
-        # AssertStmt's Python constructor passes (kind, condition) to an FFI constructor
-        # that takes (condition, kind): give them in the order the FFI expects.
-        check = tirx.AssertStmt(condition, tvm.ir.StringImm("RuntimeError"), message)
-        return tirx.SeqStmt([check, new])
+        return _asserted([tirx.NE(d, tirx.const(0, str(d.ty))) for d in divisors], message, new)
 
     return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), guard)])
 
 
 def _divisors_in(node) -> list:
     """Non-constant integer divisors evaluated by `node` (an expression, a statement, or a list of them)."""
+
+    def divisor(value):
+        if (isinstance(value, _DIVISIONS) and str(value.ty).startswith(("int", "uint"))
+                and not isinstance(value.b, tirx.IntImm)):
+            return value.b
+        return None
+
+    return _evaluated(node, divisor)
+
+
+def _evaluated(node, pick) -> list:
+    """`pick(e)` for each expression `e` that `node` surely evaluates, where it is not None.
+
+    The branches of `T.if_then_else` are skipped (only the one taken runs, and
+    the user may have guarded it), and so are `Let`/`Reduce` bodies (they may
+    use variables bound inside them).
+    """
     found = []
 
     def visit(value, visitor):
         if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
             return visitor.visit(value.args[0])
         if isinstance(value, (tirx.Let, tirx.Reduce)):
-            return None  # their divisors may use variables bound inside them
-        if (isinstance(value, _DIVISIONS) and str(value.ty).startswith(("int", "uint"))
-                and not isinstance(value.b, tirx.IntImm)):
-            found.append(value.b)
+            return None
+        item = pick(value)
+        if item is not None:
+            found.append(item)
         return visitor.default_visit(value)
 
     tvm_ffi.structural_visit(node, [(object, visit)])
     return found
+
+
+def _asserted(conditions: list, message: list, stmt):
+    """`stmt` preceded by an assert that all `conditions` hold."""
+    condition = functools.reduce(tirx.And, conditions)
+    # AssertStmt's Python constructor passes (kind, condition) to an FFI constructor
+    # that takes (condition, kind): give them in the order the FFI expects.
+    check = tirx.AssertStmt(condition, tvm.ir.StringImm("RuntimeError"), message)
+    return tirx.SeqStmt([check, stmt])
 
 
 # -- reads and writes whose bounds depend on run-time values -----------------------------------
@@ -172,13 +192,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
         for field in _OWN_EXPRESSIONS[type(stmt)]:
             accesses += _loads_in(getattr(stmt, field))
         doubtful = [c for buffer, indices in accesses for c in _bounds(buffer, indices) if not analyzer.can_prove(c)]
-        if not doubtful:
-            return new
-        condition = doubtful[0]
-        for more in doubtful[1:]:
-            condition = tirx.And(condition, more)
-        check = tirx.AssertStmt(condition, tvm.ir.StringImm("RuntimeError"), message)  # see guard_division
-        return tirx.SeqStmt([check, new])
+        return _asserted(doubtful, message, new) if doubtful else new
 
     return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)])
 
@@ -194,20 +208,14 @@ def _bounds(buffer, indices) -> list:
 
 
 def _loads_in(node) -> list:
-    """`(buffer, indices)` of the buffer reads `node` evaluates (not those in `T.if_then_else` branches)."""
-    found = []
+    """`(buffer, indices)` of the buffer reads `node` surely evaluates."""
 
-    def visit(value, visitor):
-        if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
-            return visitor.visit(value.args[0])
-        if isinstance(value, (tirx.Let, tirx.Reduce)):
-            return None  # their indices may use variables bound inside them
+    def load(value):
         if isinstance(value, tvm.ir.TensorLoad) and isinstance(value.source, tirx.Buffer):
-            found.append((value.source, value.indices))
-        return visitor.default_visit(value)
+            return value.source, value.indices
+        return None
 
-    tvm_ffi.structural_visit(node, [(object, visit)])
-    return found
+    return _evaluated(node, load)
 
 
 def _has_sblocks(func: tirx.PrimFunc) -> bool:
