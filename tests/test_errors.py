@@ -704,3 +704,4 @@ def test_a_dropped_module_refuses_calls_and_others_keep_working(seed):
         err = shell.run(call, expect_error=CallError)
         assert "was dropped" in str(err)
     seed.assert_intact()
+

@@ -8,6 +8,7 @@ so they cost nothing when the call is right.
 from __future__ import annotations
 
 import inspect
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -103,6 +104,10 @@ def _dim(value) -> int | str | None:
     return None
 
 
+# What the crash guards' asserts say (see crash_guards.guard_division / guard_bounds)
+RUNTIME_GUARD = re.compile(r"(integer division or remainder by zero|index out of bounds) in `[^`]+`")
+
+
 def explain_bad_call(function: str, specs: list[TensorSpec] | None, args: Sequence, err: BaseException,
                      device=None) -> CallError:
     """The clearest message for a call TVM refused: count, device, dtype, shape, else TVM's own reason."""
@@ -122,6 +127,9 @@ def explain_bad_call(function: str, specs: list[TensorSpec] | None, args: Sequen
             if problem:
                 return CallError(f"parameter `{spec.name}` expects {spec}, {problem}", function=function)
     reason = shorten(str(err), 4) or type(err).__name__
+    stopped = RUNTIME_GUARD.search(str(err))
+    if stopped:  # the arguments were fine; a kernel's own run-time check failed
+        return CallError(f"stopped while running: {stopped.group(0)}", function=function)
     return CallError(f"TVM refused the call: {reason}", function=function)
 
 
