@@ -40,19 +40,8 @@ class CallRecord:
     when: float = 0.0
 
 
-_AS_IS_DTYPES = frozenset(TORCH_DTYPES.values())
-
-
-def takes_as_is(args: Sequence) -> bool:
-    """Whether TVM can take `args` unchanged: contiguous torch tensors of a dtype it knows.
-
-    That is the common call, and it skips `to_tvm_args`; anything else (numpy
-    arrays, views, complex tensors TVM would abort on, ...) goes through it.
-    """
-    for arg in args:
-        if arg.__class__ is not torch.Tensor or arg.dtype not in _AS_IS_DTYPES or not arg.is_contiguous():
-            return False
-    return True
+# dtypes TVM takes from torch as they are (a complex tensor would make it abort)
+AS_IS_DTYPES = frozenset(TORCH_DTYPES.values())
 
 
 # -- expected types -----------------------------------------------------------------

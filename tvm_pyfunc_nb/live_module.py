@@ -23,8 +23,8 @@ from tvm.ir import GlobalVar
 
 from . import py_registry
 from .calling import (
-    CallRecord, PyFuncTrampoline, allocate_outputs, bad_pyfunc_arguments, explain_bad_call, keywords_to_positions,
-    pyfunc_error, specs_of, take_pending_error, takes_as_is,
+    AS_IS_DTYPES, CallRecord, PyFuncTrampoline, allocate_outputs, bad_pyfunc_arguments, explain_bad_call, keywords_to_positions,
+    pyfunc_error, specs_of, take_pending_error,
 )
 from .cell_fragment import PRIMFUNC, PYFUNC, RELAX, CellFragment, FunctionSource, split_cell
 from .compiled_module import CompiledPyModule
@@ -540,7 +540,14 @@ class LiveModule:
         """
         name, specs, live, generation = entry.name, specs_of(entry.func), self, self._generation
         holder = [function]
-        perf_counter, now = time.perf_counter, time.time
+        perf_counter, now, tensor = time.perf_counter, time.time, torch.Tensor
+
+        def converted_call(args):
+            passed = to_tvm_args(args)
+            out = holder[0](*passed)
+            if writes_args:
+                write_back(args, passed)  # outputs passed as views were written to contiguous copies
+            return out
 
         def call(*args, **kwargs):
             nonlocal compiled
@@ -550,14 +557,20 @@ class LiveModule:
                 return live._fast(name)(*args)
             start = perf_counter()
             try:
-                if takes_as_is(args):
-                    out = holder[0](*args)
+                # Inline, as this is the hot path: torch tensors of a dtype TVM knows go as they are
+                # (others, e.g. complex ones TVM would abort on, are converted or refused first) ...
+                for arg in args:
+                    if arg.__class__ is not tensor or arg.dtype not in AS_IS_DTYPES:
+                        out = converted_call(args)
+                        break
                 else:
-                    passed = to_tvm_args(args)
-                    out = holder[0](*passed)
-                    if writes_args:
-                        write_back(args, passed)  # outputs passed as views were written to contiguous copies
-                if out is not None and out.__class__ is not torch.Tensor:
+                    try:
+                        out = holder[0](*args)
+                    except ValueError:  # ... and a view, which TVM refuses before running anything, is copied
+                        if all(arg.is_contiguous() for arg in args):
+                            raise
+                        out = converted_call(args)
+                if out is not None and out.__class__ is not tensor:
                     out = to_torch(out)
             except Exception as err:
                 if py_registry.was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
