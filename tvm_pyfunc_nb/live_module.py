@@ -161,9 +161,13 @@ class LiveModule:
             raise
         return result
 
+    def _all_but(self, key: object) -> tuple[dict, dict]:
+        """Copies of the cell fragments and their parsed functions, without cell `key`'s."""
+        return ({k: f for k, f in self._fragments.items() if k != key},
+                {k: p for k, p in self._parsed.items() if k != key})
+
     def _apply(self, fragment: CellFragment, filename: str, origin: str, reset: bool) -> UpdateResult:
-        fragments = {} if reset else {k: f for k, f in self._fragments.items() if k != fragment.key}
-        parsed = {} if reset else {k: p for k, p in self._parsed.items() if k != fragment.key}
+        fragments, parsed = ({}, {}) if reset else self._all_but(fragment.key)
         others = _owners(parsed)
         cell_globals = CellGlobals(self.namespace)
         run_preamble(fragment.preamble, filename, cell_globals)
@@ -262,8 +266,7 @@ class LiveModule:
         """Forget everything cell `key` contributed (as if it had never run); returns what left."""
         if key not in self._fragments:
             return []
-        fragments = {k: f for k, f in self._fragments.items() if k != key}
-        parsed = {k: p for k, p in self._parsed.items() if k != key}
+        fragments, parsed = self._all_but(key)
         entries, ir_mod = self._assemble(_owners(parsed))
         removed = [n for n in self._entries if n not in entries]
         self._commit(fragments, parsed, entries, ir_mod, {}, {})
@@ -280,8 +283,7 @@ class LiveModule:
         extern = _pyfunc_extern(name, source)
         entry = FunctionEntry(source_info, key, "", GlobalVar(name), extern, func, _takes_self(func))
         fragment = CellFragment(key=key, text=source, first_line=0, functions={name: source_info})
-        fragments = {k: f for k, f in self._fragments.items() if k != key}
-        parsed = {k: p for k, p in self._parsed.items() if k != key}
+        fragments, parsed = self._all_but(key)
         fragments[key], parsed[key] = fragment, {name: entry}
         entries, ir_mod = self._assemble(_owners(parsed))
         self._commit(fragments, parsed, entries, ir_mod, {key: origin}, {}, redefined=[name])
@@ -357,45 +359,44 @@ class LiveModule:
     def compile(self) -> list[CompileRecord]:
         """Compile what changed since the last compile (what a call would do lazily)."""
         mark = len(self.stats.compiles)
-        errors = []
-        for name, entry in self._entries.items():
-            try:
-                if entry.kind == PRIMFUNC:
-                    self._compiled_prim_func(entry)
-            except CompileError as err:
-                errors.append(err)
-        if any(e.kind == RELAX for e in self._entries.values()):
-            self._ensure_vm()
-        self._compiled_generation = self._generation
-        if errors:
-            raise errors[0]
+        self._compile(use_cache=True)
         return self.stats.since(mark)
 
     def recompile(self) -> list[CompileRecord]:
         """Compile everything again, bypassing every cache."""
         self._compiler.clear()
         self._vm_key = None
+        self._forget_callables()
         mark = len(self.stats.compiles)
+        self._compile(use_cache=False)
+        return self.stats.since(mark)
+
+    def _compile(self, use_cache: bool) -> dict:
+        """Every PrimFunc's library (`{name: lib}`) and the VM, built where needed; the first failure raises."""
+        libs, errors = {}, []
         for name, entry in self._entries.items():
             if entry.kind == PRIMFUNC:
-                self._compiler.prim_func(name, entry.func, use_cache=False)
+                try:
+                    libs[name] = self._compiled_prim_func(entry, use_cache=use_cache)
+                except CompileError as err:
+                    errors.append(err)
         if any(e.kind == RELAX for e in self._entries.values()):
-            self._ensure_vm(use_cache=False)
+            self._ensure_vm(use_cache=use_cache)
         self._compiled_generation = self._generation
-        self._forget_callables()
-        return self.stats.since(mark)
+        if errors:
+            raise errors[0]
+        return libs
 
     @property
     def module(self) -> CompiledPyModule:
         """The current compiled module as TVM's own `BasePyModule`, compiling first if stale."""
-        self.compile()
-        tir = {n: self._compiler.prim_func(n, e.func)[n] for n, e in self._entries.items() if e.kind == PRIMFUNC}
+        tir = {name: lib[name] for name, lib in self._compile(use_cache=True).items()}
         pyfuncs = {n: e.pyfunc for n, e in self._entries.items() if e.kind == PYFUNC}
         return CompiledPyModule(self._ir_mod, self.device, self._compiler.target, tir, self._vm, pyfuncs)
 
-    def _compiled_prim_func(self, entry: FunctionEntry):
+    def _compiled_prim_func(self, entry: FunctionEntry, use_cache: bool = True):
         try:
-            return self._compiler.prim_func(entry.name, entry.func)
+            return self._compiler.prim_func(entry.name, entry.func, use_cache=use_cache)
         except CompileError as err:
             raise CompileError(err.detail, function=entry.name, line=entry.source.first_line) from None
 
