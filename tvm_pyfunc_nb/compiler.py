@@ -23,7 +23,7 @@ from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
 from .crash_guards import guard_bounds, guard_division, missing_symbols
-from .errors import CompileError
+from .errors import CompileError, last_reason
 
 MAX_KEPT_LIBRARIES = 256
 # Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB each).
@@ -117,7 +117,7 @@ class Compiler:
             lib.get_function(name)  # JIT now, so the time is counted here and not at the first call
         except Exception as err:  # TVM raises many error types; each means "this PrimFunc does not compile"
             return CompileError(
-                f"does not compile for target {self.target_name}: {_one_line(err)}", function=name
+                f"does not compile for target {self.target_name}: {last_reason(err)}", function=name
             )
         finally:
             self._record("tir", (name,), start)
@@ -151,7 +151,7 @@ class Compiler:
             leftover = _vmcodegen(builder, lowered)
         except Exception as err:
             self._record("vm", names, start)
-            raise CompileError(f"Relax lowering failed: {_one_line(err)}") from err
+            raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
         build_start = time.perf_counter()
         libs = [self.prim_func(gv.name_hint, f, use_cache=use_cache) for gv, f in _prim_funcs(leftover)]
         start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
@@ -159,7 +159,7 @@ class Compiler:
             exe = _vm_ffi.VMLink(builder, self.target, None, libs, {})
             vm = relax.VirtualMachine(exe, device)
         except Exception as err:
-            raise CompileError(f"Relax VM link failed: {_one_line(err)}") from err
+            raise CompileError(f"Relax VM link failed: {last_reason(err)}") from err
         finally:
             self._record("vm", names, start)
         return vm
@@ -181,12 +181,6 @@ def _raise_if_failed(lib, name: str):
         raise CompileError(lib.detail, function=name)
     return lib
 
-
-def _one_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("File ", "note:", "^", "Traceback"))]
-    text = useful[-1] if useful else type(err).__name__
-    return text if len(text) < 300 else text[:297] + "..."
 
 
 def relax_closure(names: Iterable[str], mod: tvm.IRModule) -> set[str]:

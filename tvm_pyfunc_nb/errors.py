@@ -77,3 +77,11 @@ def _is_noise(line: str) -> bool:
         or stripped.startswith("^")
         or stripped.startswith(("frame #", "Exception raised from ", "<omitting python frames>"))  # C++ backtraces
     )
+
+
+def last_reason(err: BaseException) -> str:
+    """The one line that says why TVM failed: its last line that is not backtrace noise, capped."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not _is_noise(ln)]
+    text = useful[-1] if useful else type(err).__name__
+    return text if len(text) < 300 else text[:297] + "..."

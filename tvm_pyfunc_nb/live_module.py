@@ -30,7 +30,7 @@ from .cell_fragment import PRIMFUNC, PYFUNC, RELAX, CellFragment, FunctionSource
 from .compiled_module import CompiledPyModule
 from .crash_guards import out_of_bounds
 from .compiler import CompileRecord, Compiler, CompileStats, relax_closure, sub_module
-from .errors import CallError, CompileError, IllFormedModuleError, TVMModuleError
+from .errors import CallError, CompileError, IllFormedModuleError, TVMModuleError, last_reason
 from .pyfunc_loader import (
     CellGlobals, forget_cell_text, load_pyfunc, register_cell_text, run_preamble, runtime_pyfunc_source,
 )
@@ -233,7 +233,7 @@ class LiveModule:
                 try:
                     func = rebind_global_vars(entry.func, canonical)
                 except Exception as err:  # TVM normalizes while rebinding and refuses what does not fit
-                    raise IllFormedModuleError(f"does not fit the module: {_last_line(err)}", function=name,
+                    raise IllFormedModuleError(f"does not fit the module: {last_reason(err)}", function=name,
                                                line=entry.source.first_line) from err
                 if not func.same_as(entry.func):
                     entry = FunctionEntry(**{**entry.__dict__, "func": func})
@@ -708,7 +708,7 @@ def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry
     except Exception as err:
         culprit = _ill_formed_function(ir_mod, entries)
         raise IllFormedModuleError(
-            f"the module is not well formed: {_last_line(err)}",
+            f"the module is not well formed: {last_reason(err)}",
             function=culprit.name if culprit else None, line=culprit.source.first_line if culprit else None,
         ) from err
     for name, entry in entries.items():
@@ -719,7 +719,7 @@ def _check_well_formed(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry
                     tirx.analysis.verify_tirx_well_formed(entry.func)
             except Exception as err:
                 raise IllFormedModuleError(
-                    f"not a well-formed PrimFunc: {_last_line(err)}", function=name, line=entry.source.first_line
+                    f"not a well-formed PrimFunc: {last_reason(err)}", function=name, line=entry.source.first_line
                 ) from err
             outside = out_of_bounds(entry.func)  # running it could corrupt memory or segfault
             if outside:
@@ -734,10 +734,6 @@ def _ill_formed_function(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEnt
                 return entry
     return None
 
-
-def _last_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__
 
 
 def _function_name(func) -> str:
@@ -766,7 +762,7 @@ def _compiler(target: str, device, stats: CompileStats, persistent_cache) -> Com
     try:
         compiler = Compiler(target, stats, persistent_cache)
     except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
-        raise TVMModuleError(f"target `{target}` is not a TVM target: {_last_line(err)}") from None
+        raise TVMModuleError(f"target `{target}` is not a TVM target: {last_reason(err)}") from None
     runs_on = tvm.runtime.device(compiler.target.get_target_device_type(), 0)
     if runs_on.dlpack_device_type() != device.dlpack_device_type():
         raise TVMModuleError(f"target `{target}` runs on {runs_on.type} devices, not on `{device}`; pass --device")
