@@ -1,4 +1,6 @@
-"""What the persistent compile cache costs and saves, per PrimFunc: build, export (background), verified load."""
+"""What the persistent compile cache costs and saves, per PrimFunc: build, export (background),
+verified load.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ import statistics
 import sys
 import time
 
+from harness import scratch
+from workload import primfunc
+
 from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb.compile_cache import CompileCache
 from tvm_pyfunc_nb.compiler import Compiler, CompileStats
-
-from harness import scratch
-from workload import primfunc
 
 
 def measure(count: int) -> dict:
@@ -38,8 +40,15 @@ def measure(count: int) -> dict:
         start = time.perf_counter()
         assert cache.load(name, func, compiler.target_key) is not None
         load.append(time.perf_counter() - start)
-    return {key: statistics.median(values) for key, values in
-            {"build": build, "store_call": store, "export": export, "load": load}.items()}
+    return {
+        key: statistics.median(values)
+        for key, values in {
+            "build": build,
+            "store_call": store,
+            "export": export,
+            "load": load,
+        }.items()
+    }
 
 
 if __name__ == "__main__":

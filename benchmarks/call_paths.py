@@ -13,13 +13,12 @@ import textwrap
 import torch
 import tvm
 import tvm_ffi
+from harness import Cells, per_call
 from tvm.relax.base_py_module import BasePyModule
 
 from tvm_pyfunc_nb import py_registry
 
-from harness import Cells, per_call
-
-FUNCTIONS = textwrap.dedent('''
+FUNCTIONS = textwrap.dedent("""
     @T.prim_func
     def add_tir(a: T.handle, b: T.handle, c: T.handle):
         n = T.int64()
@@ -42,7 +41,9 @@ FUNCTIONS = textwrap.dedent('''
         return x
 
     @R.function
-    def main_relax(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
+    def main_relax(
+        x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
+    ) -> R.Tensor(("n",), "float32"):
         return R.add(x, y)
 
     @R.function
@@ -54,15 +55,19 @@ FUNCTIONS = textwrap.dedent('''
     def to_ident(x: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
         n = T.int64()
         return R.call_py_func("ident", x, out_ty=R.Tensor((n,), "float32"))
-    ''')
+    """)
 PYFUNCS = ("py_tir", "scale", "ident")
 
 
 def upstream_module(cells: Cells) -> BasePyModule:
-    """Upstream's module, with its pyfuncs registered for `R.call_py_func` the way upstream does it (`ir_mod.pyfuncs`)."""
-    cells.run("from tvm.script import ir as I, relax as R, tirx as T\n"
-              "from tvm.relax.base_py_module import BasePyModule\n"
-              "@I.ir_module\nclass Up(BasePyModule):\n" + textwrap.indent(FUNCTIONS, "    "))
+    """Upstream's module, with its pyfuncs registered for `R.call_py_func` the way upstream does it
+    (`ir_mod.pyfuncs`).
+    """
+    cells.run(
+        "from tvm.script import ir as I, relax as R, tirx as T\n"
+        "from tvm.relax.base_py_module import BasePyModule\n"
+        "@I.ir_module\nclass Up(BasePyModule):\n" + textwrap.indent(FUNCTIONS, "    ")
+    )
     factory = cells.ns["Up"]
     ir_mod = tvm.IRModule(dict(factory.ir_module.functions_items()))
     ir_mod.pyfuncs = {name: getattr(factory.original_class, name) for name in PYFUNCS}
@@ -74,12 +79,18 @@ def upstream_module(cells: Cells) -> BasePyModule:
 
 def measure(number: int, rounds: int) -> dict:
     cells = Cells()
-    upstream = upstream_module(cells)  # first: dropping an upstream module clears every R.call_py_func registration
+    upstream = upstream_module(
+        cells
+    )  # first: dropping an upstream module clears every R.call_py_func registration
     cells.tvmmodule("demo", "all", FUNCTIONS)
     demo = cells.ns["demo"]
     x, y = torch.arange(5, dtype=torch.float32), torch.ones(5)
-    for a, b in [(demo.main_relax(x, y), upstream.main_relax(x, y)), (demo.py_tir(x, y), upstream.py_tir(x, y)),
-                 (demo.to_scale(x), upstream.to_scale(x)), (demo.to_ident(x), upstream.to_ident(x))]:
+    for a, b in [
+        (demo.main_relax(x, y), upstream.main_relax(x, y)),
+        (demo.py_tir(x, y), upstream.py_tir(x, y)),
+        (demo.to_scale(x), upstream.to_scale(x)),
+        (demo.to_ident(x), upstream.to_ident(x)),
+    ]:
         assert torch.equal(a, b), (a, b)
     ours_vm, upstream_vm = demo.module.relax_vm["main_relax"], upstream.relax_vm["main_relax"]
     xt, yt = tvm.runtime.from_dlpack(x), tvm.runtime.from_dlpack(y)
@@ -104,7 +115,9 @@ def measure(number: int, rounds: int) -> dict:
 
 
 def callback_floor(demo, x, number: int, rounds: int) -> dict:
-    """The least a Relax → Python call can cost: our VM calling a bare `lambda x: x` (torch tensors, as ours)."""
+    """The least a Relax → Python call can cost: our VM calling a bare `lambda x: x` (torch tensors,
+    as ours).
+    """
     name = next(n for n in py_registry.registered() if ".to_ident.ident." in n)
     ours = py_registry._entries[name]
     vm_fn = demo.module.relax_vm["to_ident"]

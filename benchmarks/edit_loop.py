@@ -12,7 +12,6 @@ import statistics
 import sys
 
 import torch
-
 from harness import Cells, timed
 from workload import EDITED_PRIMFUNC, expected_main, our_cells, primfunc, pyfunc_tir, upstream_class
 
@@ -30,28 +29,48 @@ def measure(sizes: list[int], repeats: int, upstream_repeats: dict[int, int]) ->
         for cell_id, body in our_cells(n, f"bench{n}").items():
             cells.tvmmodule(f"bench{n}", cell_id, body)
         live = modules[n] = cells.ns[f"bench{n}"]
-        live.main(X, Y), live.main2(X, Y), live.py_tir(X, Y), live.py_relax(X, Y)  # everything compiled once
+        (
+            live.main(X, Y),
+            live.main2(X, Y),
+            live.py_tir(X, Y),
+            live.py_relax(X, Y),
+        )  # everything compiled once
     cells.flush_cache()
     k3 = {n: 3.0 for n in sizes}  # the constant k3 adds now, per module
     compiled: dict[str, list[str]] = {}
 
     def ours_primfunc(n: int, i: int) -> float:
-        constant, live = 1000.0 * n + i, modules[n]  # new to every cache, this module's and the others'
+        constant, live = (
+            1000.0 * n + i,
+            modules[n],
+        )  # new to every cache, this module's and the others'
         mark = len(live.stats.compiles)
-        out, seconds = timed(lambda: (cells.tvmmodule(f"bench{n}", EDITED_PRIMFUNC, primfunc(3, constant)),
-                                      live.main(X, Y))[1])
+        out, seconds = timed(
+            lambda: (
+                cells.tvmmodule(f"bench{n}", EDITED_PRIMFUNC, primfunc(3, constant)),
+                live.main(X, Y),
+            )[1]
+        )
         assert torch.allclose(out, expected_main(X, Y, constant))
         k3[n] = constant
-        compiled[f"primfunc{n}"] = [f"{c.kind}:{','.join(c.functions)}" for c in live.stats.since(mark)]
+        compiled[f"primfunc{n}"] = [
+            f"{c.kind}:{','.join(c.functions)}" for c in live.stats.since(mark)
+        ]
         cells.flush_cache()
         return seconds
 
     def ours_pyfunc(n: int, i: int) -> float:
         scale, live = 3.0 + i, modules[n]
         mark = len(live.stats.compiles)
-        out, seconds = timed(lambda: (cells.tvmmodule(f"bench{n}", "py_tir", pyfunc_tir(scale)), live.py_tir(X, Y))[1])
+        out, seconds = timed(
+            lambda: (cells.tvmmodule(f"bench{n}", "py_tir", pyfunc_tir(scale)), live.py_tir(X, Y))[
+                1
+            ]
+        )
         assert torch.allclose(out, (X + Y + k3[n]) * scale)
-        compiled[f"pyfunc{n}"] = [f"{c.kind}:{','.join(c.functions)}" for c in live.stats.since(mark)]
+        compiled[f"pyfunc{n}"] = [
+            f"{c.kind}:{','.join(c.functions)}" for c in live.stats.since(mark)
+        ]
         return seconds
 
     def upstream(n: int, edit: str, i: int) -> float:
@@ -67,7 +86,9 @@ def measure(sizes: list[int], repeats: int, upstream_repeats: dict[int, int]) ->
             assert torch.allclose(cells.ns["_out"], expected_main(X, Y, constant))
         return seconds
 
-    upstream(min(sizes), "primfunc", -1)  # TVMScript's and LLVM's first use, as ours had when building
+    upstream(
+        min(sizes), "primfunc", -1
+    )  # TVMScript's and LLVM's first use, as ours had when building
     samples: dict[str, list[float]] = {}
     for i in range(repeats):
         for n in sizes:

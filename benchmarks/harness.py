@@ -47,8 +47,12 @@ def median_of(measure: Callable[[int], float], repeats: int) -> float:
     return statistics.median(measure(i) for i in range(repeats))
 
 
-def per_call(calls: dict[str, Callable[[], object]], *, number: int, rounds: int) -> dict[str, float]:
-    """Seconds per call of each callable: median over `rounds`, the callables interleaved within each round."""
+def per_call(
+    calls: dict[str, Callable[[], object]], *, number: int, rounds: int
+) -> dict[str, float]:
+    """Seconds per call of each callable: median over `rounds`, the callables interleaved within
+    each round.
+    """
     for fn in calls.values():
         for _ in range(max(1, number // 10)):
             fn()
@@ -60,7 +64,9 @@ def per_call(calls: dict[str, Callable[[], object]], *, number: int, rounds: int
 
 
 class Cells:
-    """A real IPython shell with the extension loaded, running cells the way a notebook front end does."""
+    """A real IPython shell with the extension loaded, running cells the way a notebook front end
+    does.
+    """
 
     def __init__(self, cache_dir: str | None = None):
         self.shell = InteractiveShell.instance()
@@ -82,7 +88,9 @@ class Cells:
         self.run(f"%%tvmmodule {name} --quiet\n{body}", cell_id=cell_id)
 
     def flush_cache(self) -> None:
-        """Wait for background exports (between timed edits: a person reads a result before editing again)."""
+        """Wait for background exports (between timed edits: a person reads a result before editing
+        again).
+        """
         cache = self.magics.compile_cache()
         if cache is not None:
             cache.flush()

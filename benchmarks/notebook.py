@@ -19,9 +19,8 @@ from datetime import datetime
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-
 from harness import scratch
+from nbclient import NotebookClient
 from workload import MODULE, our_cells, upstream_class
 
 PRIMFUNCS = 20
@@ -42,8 +41,14 @@ print(json.dumps({{"tir": sum(c.kind == "tir" for c in {MODULE}.stats.compiles),
 
 def our_notebook() -> nbformat.NotebookNode:
     cells = [nbformat.v4.new_code_cell("%load_ext tvm_pyfunc_nb")]
-    cells += [nbformat.v4.new_code_cell(f"%%tvmmodule {MODULE}\n{body.strip()}") for body in our_cells(PRIMFUNCS).values()]
-    cells += [nbformat.v4.new_code_cell(CALLS.format(m=MODULE, n=PRIMFUNCS)), nbformat.v4.new_code_cell(STATS)]
+    cells += [
+        nbformat.v4.new_code_cell(f"%%tvmmodule {MODULE}\n{body.strip()}")
+        for body in our_cells(PRIMFUNCS).values()
+    ]
+    cells += [
+        nbformat.v4.new_code_cell(CALLS.format(m=MODULE, n=PRIMFUNCS)),
+        nbformat.v4.new_code_cell(STATS),
+    ]
     return nbformat.v4.new_notebook(cells=cells)
 
 
@@ -58,9 +63,13 @@ def upstream_notebook() -> nbformat.NotebookNode:
 
 
 def execute(nb: nbformat.NotebookNode, cache_dir: str, workdir: str) -> dict:
-    """Run `nb` in a new kernel; wall time from kernel start to shutdown, and from first cell to last reply."""
+    """Run `nb` in a new kernel; wall time from kernel start to shutdown, and from first cell to
+    last reply.
+    """
     os.environ["TVM_PYFUNC_NB_CACHE_DIR"] = cache_dir
-    client = NotebookClient(nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": workdir}})
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=600, resources={"metadata": {"path": workdir}}
+    )
     start = time.perf_counter()
     client.execute()
     wall = time.perf_counter() - start
@@ -86,8 +95,14 @@ def measure(repeats: int) -> dict:
         runs["cold"].append(execute(nbformat.from_dict(ours), scratch("cold-cache-"), workdir))
         runs["warm"].append(execute(nbformat.from_dict(ours), warm_dir, workdir))
         runs["upstream"].append(execute(nbformat.from_dict(upstream), warm_dir, workdir))
-    summary = {kind: {"wall": statistics.median(r["wall"] for r in rs), "cells": statistics.median(r["cells"] for r in rs),
-                      "stats": rs[-1]["stats"]} for kind, rs in runs.items()}
+    summary = {
+        kind: {
+            "wall": statistics.median(r["wall"] for r in rs),
+            "cells": statistics.median(r["cells"] for r in rs),
+            "stats": rs[-1]["stats"],
+        }
+        for kind, rs in runs.items()
+    }
     return summary
 
 

@@ -1,6 +1,6 @@
 """Cell bodies shared by the tests: the seed example of the product, as a user types it."""
 
-ADD_TIR = '''
+ADD_TIR = """
 @T.prim_func
 def add_tir(a: T.handle, b: T.handle, c: T.handle):
     n = T.int64()
@@ -9,7 +9,7 @@ def add_tir(a: T.handle, b: T.handle, c: T.handle):
     C = T.match_buffer(c, (n,), "float32")
     for i in range(n):
         C[i] = A[i] + B[i]
-'''
+"""
 
 MAIN_PYFUNC = '''
 @I.pyfunc
@@ -19,24 +19,28 @@ def main(self, x, y):
     return z * 2
 '''
 
-MAIN_RELAX = '''
+MAIN_RELAX = """
 @R.function
-def main_relax(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
+def main_relax(
+    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
+) -> R.Tensor(("n",), "float32"):
     return R.add(x, y)
-'''
+"""
 
-SCALE_PYFUNC = '''
+SCALE_PYFUNC = """
 @I.pyfunc
 def scale(self, x):
     return x * 10
-'''
+"""
 
-RELAX_CALLS_BOTH = '''
+RELAX_CALLS_BOTH = """
 @R.function
-def pipeline(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
+def pipeline(
+    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
+) -> R.Tensor(("n",), "float32"):
     n = T.int64()
     cls = demo
     z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
     w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
     return w
-'''
+"""

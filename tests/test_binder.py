@@ -38,9 +38,13 @@ PYTHON = VENV / "bin" / "python"
 BASE_ENVIRONMENT = ["ipykernel==7.4.0", "nbclient==0.11.0"]
 KERNEL = "binder-check"
 STEP_TIMEOUT = 600  # seconds
-LEAKY_VARIABLES = {"PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"}  # would mix this environment into the check's
+LEAKY_VARIABLES = {
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+}  # would mix this environment into the check's
 
-EXECUTE = textwrap.dedent('''
+EXECUTE = textwrap.dedent("""
     import json, sys
     import nbformat
     from nbclient import NotebookClient
@@ -54,15 +58,21 @@ EXECUTE = textwrap.dedent('''
         for cell in nb.cells if cell.cell_type == "code"
     ]
     print(json.dumps(outputs))
-''')
+""")
 
 
 def run(*args: str | Path, cwd: Path = REPO) -> str:
     """Run a command in the check's environment; fail with its output if it fails."""
     env = {k: v for k, v in os.environ.items() if k not in LEAKY_VARIABLES}
     env["PIP_RETRIES"] = "0"  # an index that cannot be reached here fails at once, not five times
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=STEP_TIMEOUT)
+    proc = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STEP_TIMEOUT,
+    )
     command = " ".join(map(str, args))
     assert proc.returncode == 0, f"{command} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc.stdout
@@ -100,8 +110,10 @@ def test_requirements_name_the_package_and_a_cpu_torch():
 
 def test_the_environment_is_consistent_and_cpu_only(binder_env):
     run(binder_env, "-m", "pip", "check")
-    probe = ("import json, torch, tvm_pyfunc_nb; "
-             "print(json.dumps([torch.__version__, torch.version.cuda, tvm_pyfunc_nb.__file__]))")
+    probe = (
+        "import json, torch, tvm_pyfunc_nb; "
+        "print(json.dumps([torch.__version__, torch.version.cuda, tvm_pyfunc_nb.__file__]))"
+    )
     version, cuda, package = json.loads(run(binder_env, "-c", probe, cwd=NOTEBOOK.parent))
     assert version == "2.13.0+cpu" and cuda is None
     # installed from binder/requirements.txt, not imported from the work tree

@@ -11,10 +11,11 @@ import re
 import time
 
 import ipywidgets
+from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 
-from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, SCALE_PYFUNC
-from tvm_pyfunc_nb import LiveModule, display, widgets
+from tvm_pyfunc_nb import LiveModule
+from tvm_pyfunc_nb._views import registry, widgets
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 PAYLOAD = "<img src=x onerror=alert(1)>"
@@ -125,8 +126,8 @@ def test_running_a_cell_again_says_what_left_and_closes_its_previous_view(shell)
 
 
 def test_a_long_compile_shows_in_the_views_of_its_module(shell, monkeypatch):
-    monkeypatch.setattr(widgets, "SHOW_COMPILE_AFTER", 0.0)
-    monkeypatch.setattr(widgets, "TICK", 0.01)
+    monkeypatch.setattr(registry, "SHOW_COMPILE_AFTER", 0.0)
+    monkeypatch.setattr(registry, "TICK", 0.01)
     view = shell.cell("demo", ADD_TIR + MAIN_RELAX)
     seen = []
     view.progress.observe(lambda change: seen.append(visible(change["new"])), "value")
@@ -156,7 +157,7 @@ def test_show_and_last_expression_give_the_module_widget_with_text_and_html(shel
 
 def test_module_view_has_a_tab_per_function_and_follows_the_module(shell):
     shell.cell("demo", ADD_TIR + MAIN_PYFUNC)
-    view = display.module_view(shell.ns["demo"])
+    view = registry.module_view(shell.ns["demo"])
     assert view.tabs.titles == ("add_tir · tir", "main · pyfunc", "module")
     module_tab = visible(view.tabs.children[2].get_state()["value"])
     assert "class demo(BasePyModule)" in module_tab and "C[i] = A[i] + B[i]" in module_tab
@@ -223,10 +224,14 @@ def test_user_text_never_reaches_html_unescaped(shell):
     shell.run("demo.hostile(1)")
     assert PAYLOAD in results_text(view, "hostile")  # the return value, shown as text
 
-    module = display.module_view(shell.ns["demo"])
+    module = registry.module_view(shell.ns["demo"])
     pages = [
-        *html_values(view), *html_values(module), view.html(), module.html(),
-        view._repr_mimebundle_()["text/html"], shell.ns["demo"]._repr_mimebundle_()["text/html"],
+        *html_values(view),
+        *html_values(module),
+        view.html(),
+        module.html(),
+        view._repr_mimebundle_()["text/html"],
+        shell.ip.display_formatter.format(shell.ns["demo"])[0]["text/html"],
         shell.ip.display_formatter.format(shell.run("%tvmmodules"))[0]["text/html"],
     ]
     escaped = PAYLOAD.replace("<", "&lt;").replace(">", "&gt;")

@@ -1,4 +1,6 @@
-"""Every call direction for every supported dtype, symbolic shapes included, zero-copy through DLPack."""
+"""Every call direction for every supported dtype, symbolic shapes included, zero-copy through
+DLPack.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import tvm
 
 DTYPES = ["float32", "float16", "bfloat16", "int32", "int64", "bool"]
 
-CELLS = '''
+CELLS = """
 @T.prim_func
 def copy_tir(a: T.handle, c: T.handle):
     n = T.int64()
@@ -39,7 +41,7 @@ def relax_copy(x: R.Tensor(("n", "m"), "{dt}")) -> R.Tensor(("n", "m"), "{dt}"):
 @I.pyfunc
 def py_calls_relax(self, x):
     return self.relax_copy(x)
-'''
+"""
 
 
 def sample(dtype: str, shape=(2, 3)) -> torch.Tensor:
@@ -69,11 +71,14 @@ def test_tensors_pass_zero_copy(shell):
     out = torch.zeros_like(x)
     mod.copy_tir(x, out)  # the PrimFunc wrote into the caller's own torch memory
     assert torch.equal(out, x)
-    shell.cell("M", '''
+    shell.cell(
+        "M",
+        """
 @I.pyfunc
 def same(self, x):
     return x
-''')
+""",
+    )
     assert mod.same(x) is x
 
 

@@ -2,9 +2,10 @@
 
 Each example takes one valid cell of a live module, mutates it (drops or
 duplicates lines, swaps tokens or lines, changes dtypes, shapes, numbers,
-indices, loop ranges and indentation) and runs it as an edit of that cell. Whatever comes out must be
-a module whose functions can be called — each call returning or raising the
-package's error — or a `TVMModuleError` that leaves the module as it was.
+indices, loop ranges and indentation) and runs it as an edit of that cell.
+Whatever comes out must be a module whose functions can be called — each
+call returning or raising the package's error — or a `TVMModuleError` that
+leaves the module as it was.
 Anything else fails the test; a crash ends the process and fails the run.
 """
 
@@ -16,24 +17,22 @@ import time
 
 import pytest
 import torch
+import tvm
 import tvm_ffi
+from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
-from tvm_pyfunc_nb.calling import specs_of
-from tvm_pyfunc_nb.cell_fragment import PYFUNC
-from tvm_pyfunc_nb.tensors import TORCH_DTYPES
 
 EXAMPLES = 1000
-FIXED_KERNEL = '''
+FIXED_KERNEL = """
 @T.prim_func
 def double(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
     for i in range(4):
         B[i] = A[i] * T.float32(2)
-'''
-RELAX_OPS = '''
+"""
+RELAX_OPS = """
 @R.function
 def ops(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor((), "float32"):
     with R.dataflow():
@@ -41,8 +40,8 @@ def ops(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor(
         w = R.sum(z, axis=0)
         R.output(w)
     return w
-'''
-GATHER_KERNEL = '''
+"""
+GATHER_KERNEL = """
 @T.prim_func
 def gather(a: T.handle, b: T.handle, c: T.handle):
     n = T.int64()
@@ -51,16 +50,46 @@ def gather(a: T.handle, b: T.handle, c: T.handle):
     C = T.match_buffer(c, (n,), "float32")
     for i in range(n):
         C[i] = A[B[i]] + A[i // 2]
-'''
-SEED = {"tir": ADD_TIR, "main": MAIN_PYFUNC, "relax": MAIN_RELAX, "scale": SCALE_PYFUNC,
-        "pipeline": RELAX_CALLS_BOTH, "double": FIXED_KERNEL, "ops": RELAX_OPS, "gather": GATHER_KERNEL}
+"""
+SEED = {
+    "tir": ADD_TIR,
+    "main": MAIN_PYFUNC,
+    "relax": MAIN_RELAX,
+    "scale": SCALE_PYFUNC,
+    "pipeline": RELAX_CALLS_BOTH,
+    "double": FIXED_KERNEL,
+    "ops": RELAX_OPS,
+    "gather": GATHER_KERNEL,
+}
 DTYPES = ["float32", "float16", "float64", "int32", "int64", "bool", "uint8", "floaty", ""]
 NUMBERS = ["0", "1", "3", "4", "8", "-1", "100000", "2147483648"]
 SHAPES = ["(n,)", "(n, n)", "()", "(4,)", "(m,)", "(1,)", "(0,)", "(n + 1,)", "(-1,)"]
-INDICES = ["[i + 1]", "[i * 2]", "[i - 1]", "[0]", "[n]", "[4]", "[B[i]]", "[i, i]", "[i // 0]", "[i % n]"]
+INDICES = [
+    "[i + 1]",
+    "[i * 2]",
+    "[i - 1]",
+    "[0]",
+    "[n]",
+    "[4]",
+    "[B[i]]",
+    "[i, i]",
+    "[i // 0]",
+    "[i % n]",
+]
 RANGES = ["range(n + 1)", "range(n * 2)", "range(-1)", "range(5)", "range(0)", "range(100000)"]
-EXTRA_LINES = ["    pass", "    return None", "    x = 1", "@R.function", "@I.pyfunc", "@T.prim_func",
-               "    return x", "        A[i] = B[i]", "    n = T.int64()", "  y = 2", "import math"]
+EXTRA_LINES = [
+    "    pass",
+    "    return None",
+    "    x = 1",
+    "@R.function",
+    "@I.pyfunc",
+    "@T.prim_func",
+    "    return x",
+    "        A[i] = B[i]",
+    "    n = T.int64()",
+    "  y = 2",
+    "import math",
+]
 TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -85,7 +114,9 @@ def _one_mutation(lines: list[str]):
                 return lines
             i, found = draw(st.sampled_from(hits))
             new = draw(st.sampled_from(choices))
-            return lines[:i] + [lines[i][:found.start()] + new + lines[i][found.end():]] + lines[i + 1:]
+            changed = lines[i][: found.start()] + new + lines[i][found.end() :]
+            return [*lines[:i], changed, *lines[i + 1 :]]
+
         return mutate()
 
     @st.composite
@@ -94,11 +125,19 @@ def _one_mutation(lines: list[str]):
         tokens = list(TOKEN.finditer(lines[i]))
         if len(tokens) < 2:
             return lines
-        a, b = sorted(draw(st.lists(st.integers(0, len(tokens) - 1), min_size=2, max_size=2, unique=True)))
+        a, b = sorted(
+            draw(st.lists(st.integers(0, len(tokens) - 1), min_size=2, max_size=2, unique=True))
+        )
         ta, tb = tokens[a], tokens[b]
         line = lines[i]
-        line = line[:ta.start()] + tb.group() + line[ta.end():tb.start()] + ta.group() + line[tb.end():]
-        return lines[:i] + [line] + lines[i + 1:]
+        line = (
+            line[: ta.start()]
+            + tb.group()
+            + line[ta.end() : tb.start()]
+            + ta.group()
+            + line[tb.end() :]
+        )
+        return [*lines[:i], line, *lines[i + 1 :]]
 
     @st.composite
     def structural(draw):
@@ -120,7 +159,8 @@ def _one_mutation(lines: list[str]):
         return out
 
     return st.one_of(
-        structural(), swap_tokens(),
+        structural(),
+        swap_tokens(),
         replace_in_line(r'"(float32|int32)"', [f'"{d}"' for d in DTYPES]),
         replace_in_line(r"\b\d+\b", NUMBERS),
         replace_in_line(r"\((n|4|x\.shape\[0\]),\)", SHAPES),
@@ -142,26 +182,56 @@ def fuzzed():
 
 
 def arguments(live: LiveModule, name: str) -> list:
-    """Arguments for `name` as its signature asks (symbolic sizes are 4); integer tensors hold one index
-    far out of range, so a kernel that indexes with them must be stopped, not crash."""
-    entry = live.entry(name)
-    if entry.kind == PYFUNC:
-        params = list(inspect.signature(entry.pyfunc).parameters)[1 if entry.takes_self else 0:]
+    """Arguments for `name` as its signature asks (symbolic sizes are 4).
+
+    Integer tensors hold one index far out of range, so a kernel that indexes
+    with them must be stopped, not crash.
+    """
+    if live.functions[name] == "pyfunc":
+        params = inspect.signature(getattr(live, name)).parameters
         return [torch.arange(4, dtype=torch.float32) for _ in params]
-    return [_tensor(spec) for spec in specs_of(entry.func) or ()]
+    return [_tensor(*param) for param in parameter_types(live.ir_mod[name])]
 
 
-def _tensor(spec) -> torch.Tensor:
-    shape = [d if isinstance(d, int) and 0 <= d <= 64 else 4 for d in (spec.dims or (4,))]
-    dtype = TORCH_DTYPES.get(spec.dtype, torch.float32)
+def parameter_types(func) -> list[tuple[list, str]]:
+    """`(dims, dtype)` of each parameter of a Relax function or PrimFunc (dims: ints, or None if
+    symbolic).
+    """
+    if isinstance(func, tvm.tirx.PrimFunc):  # a parameter of a PrimFunc carries its buffer's shape
+        return [
+            (list(p.shape), str(p.dtype))
+            if getattr(p, "shape", None) is not None
+            else ([], "int32")
+            for p in func.params
+        ]
+    types = []
+    for param in func.params:
+        ty = param.ty
+        shape = getattr(getattr(ty, "shape", None), "values", None)
+        types.append(
+            (list(shape) if shape is not None else [4], str(getattr(ty, "dtype", "float32")))
+        )
+    return types
+
+
+def _tensor(dims: list, dtype_name: str) -> torch.Tensor:
+    shape = [
+        int(d) if isinstance(d, (int, tvm.tirx.IntImm)) and 0 <= int(d) <= 64 else 4 for d in dims
+    ]
+    dtype = getattr(torch, dtype_name, torch.float32) if dtype_name != "void" else torch.float32
     values = torch.arange(max(1, torch.Size(shape).numel())) % 4
     if not dtype.is_floating_point and dtype is not torch.bool and values.numel() > 1:
         values[-1] = 100000
-    return values[:torch.Size(shape).numel()].reshape(shape).to(dtype)
+    return values[: torch.Size(shape).numel()].reshape(shape).to(dtype)
 
 
-@settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(mutated_cell())
 def test_a_mutated_cell_makes_a_working_module_or_raises_the_package_error(fuzzed, case):
     live, counts = fuzzed

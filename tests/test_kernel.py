@@ -1,4 +1,4 @@
-"""The error corpus in a real Jupyter kernel, and processes that exit cleanly after using the extension.
+"""The error corpus in a real Jupyter kernel, and processes that exit cleanly after using it.
 
 A notebook runs the seed cells, then every bad cell and bad call of the
 corpus (`test_errors`), then a cell that prints the seed's numbers. The
@@ -20,7 +20,6 @@ import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
-
 from test_errors import CALLS, CELLS, MAX_LINES, SEED
 
 pytestmark = pytest.mark.slow
@@ -29,21 +28,25 @@ SETUP = """\
 %load_ext tvm_pyfunc_nb
 import numpy as np, torch, tvm, tvm_ffi
 from tvm.script import relax as R
-from tvm_pyfunc_nb import py_registry
 X = torch.arange(4, dtype=torch.float32)
 Y = torch.ones(4)"""
 NUMBERS = """\
 out = torch.empty(4)
 demo.add_tir(X, Y, out)
 print(json.dumps({
-    "add_tir": out.tolist(), "main": demo.main(X, Y).tolist(), "main_relax": demo.main_relax(X, Y).tolist(),
+    "add_tir": out.tolist(), "main": demo.main(X, Y).tolist(),
+    "main_relax": demo.main_relax(X, Y).tolist(),
     "scale": demo.scale(X).tolist(), "pipeline": demo.pipeline(X, Y).tolist(),
     "same_ir_mod": tvm_ffi.structural_equal(demo.ir_mod, seed_ir_mod),
-    "registry_entries": len(py_registry.registered()),
+    "registry_entries": demo.kept["registered_pyfunc_sites"],
 }))"""
 EXPECTED = {
-    "add_tir": [1.0, 2.0, 3.0, 4.0], "main": [2.0, 4.0, 6.0, 8.0], "main_relax": [1.0, 2.0, 3.0, 4.0],
-    "scale": [0.0, 10.0, 20.0, 30.0], "pipeline": [10.0, 20.0, 30.0, 40.0], "same_ir_mod": True,
+    "add_tir": [1.0, 2.0, 3.0, 4.0],
+    "main": [2.0, 4.0, 6.0, 8.0],
+    "main_relax": [1.0, 2.0, 3.0, 4.0],
+    "scale": [0.0, 10.0, 20.0, 30.0],
+    "pipeline": [10.0, 20.0, 30.0, 40.0],
+    "same_ir_mod": True,
 }
 
 
@@ -54,8 +57,13 @@ def corpus_steps() -> tuple[nbformat.NotebookNode, list[tuple[int, str, type | N
     sends an edited cell: under the same cell id.
     """
     cells = [new_code_cell(SETUP, id="setup")]
-    cells += [new_code_cell(f"%%tvmmodule demo --quiet\n{body}", id=cell_id) for cell_id, body in SEED.items()]
-    cells.append(new_code_cell("import json\nseed_ir_mod = demo.ir_mod\n" + NUMBERS, id="seed-numbers"))
+    cells += [
+        new_code_cell(f"%%tvmmodule demo --quiet\n{body}", id=cell_id)
+        for cell_id, body in SEED.items()
+    ]
+    cells.append(
+        new_code_cell("import json\nseed_ir_mod = demo.ir_mod\n" + NUMBERS, id="seed-numbers")
+    )
     steps = [(index, cell.source, None) for index, cell in enumerate(cells)]
     seed_index = {cell.id: index for index, cell in enumerate(cells)}
 
@@ -72,7 +80,11 @@ def corpus_steps() -> tuple[nbformat.NotebookNode, list[tuple[int, str, type | N
             add(source, f"bad-cell-{number}", error)
         if case.call is not None:
             add(case.call, f"bad-cell-{number}-call", case.error)
-            add(f"demo.drop_functions('bad-cell-{number}')", f"bad-cell-{number}-undo")
+            if case.replaces:  # the edit ran: run the seed cell as it was again
+                seed = seed_index[case.replaces]
+                steps.append((seed, f"%%tvmmodule demo --quiet\n{SEED[case.replaces]}", None))
+            else:
+                add(f"demo.drop_functions('bad-cell-{number}')", f"bad-cell-{number}-undo")
     for number, call in enumerate(CALLS):
         add(call.call, f"bad-call-{number}", call.error)
     add(NUMBERS, "final-numbers")
@@ -80,12 +92,18 @@ def corpus_steps() -> tuple[nbformat.NotebookNode, list[tuple[int, str, type | N
 
 
 def names_of(error_class: type) -> set[str]:
-    """The names an error of `error_class` may show: its own, or a subclass's (e.g. UnknownFunctionError)."""
-    return {error_class.__name__} | {name for sub in error_class.__subclasses__() for name in names_of(sub)}
+    """The names an error of `error_class` may show: its own, or a subclass's (e.g.
+    UnknownFunctionError).
+    """
+    return {error_class.__name__} | {
+        name for sub in error_class.__subclasses__() for name in names_of(sub)
+    }
 
 
 def send_cell_ids(client: NotebookClient) -> None:
-    """Send each cell's id with its execute request, as JupyterLab and Notebook 7 do (nbclient does not)."""
+    """Send each cell's id with its execute request, as JupyterLab and Notebook 7 do (nbclient does
+    not).
+    """
     session, current = client.kc.session, {}
     client.on_cell_execute = lambda cell, cell_index: current.update(id=cell.id)
     plain_msg = session.msg
@@ -102,8 +120,13 @@ def test_the_corpus_in_a_real_kernel_errors_compactly_and_the_kernel_survives_an
     nb, steps = corpus_steps()
     km = KernelManager(kernel_name="python3")
     processes = []
-    client = NotebookClient(nb, km=km, timeout=300, allow_errors=True,
-                            on_notebook_start=lambda notebook: processes.append(km.provisioner.process))
+    client = NotebookClient(
+        nb,
+        km=km,
+        timeout=300,
+        allow_errors=True,
+        on_notebook_start=lambda notebook: processes.append(km.provisioner.process),
+    )
     printed = []
     with client.setup_kernel():
         send_cell_ids(client)
@@ -120,7 +143,13 @@ def test_the_corpus_in_a_real_kernel_errors_compactly_and_the_kernel_survives_an
                 shown = "\n".join(errors[0].traceback)
                 assert len(shown.splitlines()) <= MAX_LINES and "Traceback" not in shown, shown
             if cell.id in ("seed-numbers", "final-numbers"):
-                printed.append("".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stdout"))
+                printed.append(
+                    "".join(
+                        o.text
+                        for o in cell.outputs
+                        if o.output_type == "stream" and o.name == "stdout"
+                    )
+                )
 
         km.shutdown_kernel(now=False)  # as closing the notebook does: a shutdown request, then wait
 
@@ -140,11 +169,14 @@ def test_an_ipython_process_that_used_the_extension_exits_with_0():
         ip = get_ipython()
         ip.run_line_magic("load_ext", "tvm_pyfunc_nb")
         ip.run_cell_magic("tvmmodule", "demo --quiet", {body!r})
-        from tvm_pyfunc_nb import py_registry
         x = torch.arange(4, dtype=torch.float32)
-        print(demo.pipeline(x, torch.ones(4)).tolist(), len(py_registry.registered()))
+        print(demo.pipeline(x, torch.ones(4)).tolist(), demo.kept["registered_pyfunc_sites"])
     """)
-    done = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", script],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "IPython", "--no-banner", "--quick", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[10.0, 20.0, 30.0, 40.0] 1" in done.stdout

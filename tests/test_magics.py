@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
+from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from IPython.core.error import UsageError
 
-from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from tvm_pyfunc_nb import TVMModuleError
 
 X = torch.arange(5, dtype=torch.float32)

@@ -22,8 +22,13 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 PACKAGE_ERRORS = {
-    "CellSyntaxError", "TVMScriptError", "IllFormedModuleError", "CompileError", "CallError",
-    "UnknownFunctionError", "PyFuncError",
+    "CellSyntaxError",
+    "TVMScriptError",
+    "IllFormedModuleError",
+    "CompileError",
+    "CallError",
+    "UnknownFunctionError",
+    "PyFuncError",
 }
 
 

@@ -23,14 +23,13 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 from tvm.script.parser.core.entry import parse
 
-from tvm_pyfunc_nb.errors import CallError
-from tvm_pyfunc_nb.printer import (
-    escape,
+from tvm_pyfunc_nb import CallError
+from tvm_pyfunc_nb._core.printer import (
     function_script,
-    highlight_html,
     member_sources,
     module_script,
 )
+from tvm_pyfunc_nb._views.render import escape, highlight_html
 
 # What a `%%tvmmodule` cell holds: decorated functions at column 0.
 PYFUNC_SCALE = '''\
@@ -260,7 +259,7 @@ def test_pyfunc_source_survives_exactly_and_is_its_own_pane():
     assert function_script("Mod", mod, "scale") == PYFUNC_SCALE
     text = module_script("Mod", mod)
     assert "\n        This line is indented inside the docstring.\n    This one is not.\n" in text
-    assert "\n  second, indented by two\n        third\"\"\"\n" in text
+    assert '\n  second, indented by two\n        third"""\n' in text
 
 
 def test_function_pane_is_the_functions_slice_of_the_module_script():
@@ -332,4 +331,4 @@ def test_escape_makes_text_inert_in_content_and_attributes():
     assert escape(HOSTILE) == (
         "&lt;img src=x onerror=alert(1)&gt;&lt;/pre&gt;&lt;script&gt;alert(2)&lt;/script&gt;"
     )
-    assert escape('a "quoted" \'name\'') == "a &quot;quoted&quot; &#x27;name&#x27;"
+    assert escape("a \"quoted\" 'name'") == "a &quot;quoted&quot; &#x27;name&#x27;"

@@ -1,4 +1,6 @@
-"""`NAME.script()` of a module built from several cells parses back, through the magic, to an equal module."""
+"""`NAME.script()` of a module built from several cells parses back, through the magic, to an equal
+module.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +8,8 @@ import importlib
 
 import torch
 import tvm_ffi
-from tvm import relax
-
 from cells import ADD_TIR, RELAX_CALLS_BOTH
+from tvm import relax
 
 NESTED_PYFUNC = '''
 @I.pyfunc
@@ -26,7 +27,7 @@ def scale(self, x):
     return out * 10
 '''
 
-MORE = '''
+MORE = """
 @T.prim_func(private=True)
 def shifted(a: T.handle, c: T.handle):
     n = T.int64()
@@ -39,17 +40,21 @@ def shifted(a: T.handle, c: T.handle):
             C[i] = T.float32(0)
 
 @R.function
-def two_out(x: R.Tensor(("n",), "float32")) -> R.Tuple(R.Tensor(("n",), "float32"), R.Tensor(("n",), "float32")):
+def two_out(
+    x: R.Tensor(("n",), "float32")
+) -> R.Tuple(R.Tensor(("n",), "float32"), R.Tensor(("n",), "float32")):
     n = T.int64()
     cls = demo
     s = R.call_tir(cls.shifted, (x,), out_ty=R.Tensor((n,), "float32"))
-    both = R.call_py_func("pair", x, s, out_ty=[R.Tensor((n,), "float32"), R.Tensor((n,), "float32")])
+    both = R.call_py_func(
+        "pair", x, s, out_ty=[R.Tensor((n,), "float32"), R.Tensor((n,), "float32")]
+    )
     return both
 
 @I.pyfunc
 def pair(self, a, b):
     return a + b, a - b
-'''
+"""
 
 
 def build(shell):
@@ -66,7 +71,9 @@ def assert_same_module(a, b):
         if kind == "pyfunc":
             assert a.entry(name).source.source == b.entry(name).source.source, name
         else:
-            assert tvm_ffi.structural_equal(a.entry(name).func, b.entry(name).func, map_free_vars=True), name
+            assert tvm_ffi.structural_equal(
+                a.entry(name).func, b.entry(name).func, map_free_vars=True
+            ), name
 
 
 def test_script_parses_back_through_the_magic(shell):
@@ -79,9 +86,11 @@ def test_script_parses_back_through_the_magic(shell):
     assert_same_module(demo, copy)
     x = torch.arange(4, dtype=torch.float32)
     assert torch.equal(copy.pipeline(x, x), demo.pipeline(x, x))
-    for got, want in zip(copy.two_out(x), demo.two_out(x)):
+    for got, want in zip(copy.two_out(x), demo.two_out(x), strict=False):
         assert torch.equal(got, want)
-    assert copy.script() == script.replace("class demo(", "class copy(").replace("cls = demo", "cls = copy")
+    assert copy.script() == script.replace("class demo(", "class copy(").replace(
+        "cls = demo", "cls = copy"
+    )
 
 
 def test_script_parses_back_through_plain_ir_module(shell, tmp_path, monkeypatch):

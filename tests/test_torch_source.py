@@ -1,19 +1,22 @@
-"""`NAME.as_torch(fn)`: runnable PyTorch text where TVM's mapping is faithful, flags where it is not."""
+"""`NAME.as_torch(fn)`: runnable PyTorch text where TVM's mapping is faithful, flags where it is
+not.
+"""
 
 from __future__ import annotations
 
 import torch
-
 from cells import ADD_TIR, RELAX_CALLS_BOTH, SCALE_PYFUNC
 
-MLP = '''
+MLP = """
 @R.function
-def mlp(x: R.Tensor((2, 3), "float32"), w: R.Tensor((3, 4), "float32"), b: R.Tensor((4,), "float32")) -> R.Tensor((2, 4), "float32"):
+def mlp(
+    x: R.Tensor((2, 3), "float32"), w: R.Tensor((3, 4), "float32"), b: R.Tensor((4,), "float32")
+) -> R.Tensor((2, 4), "float32"):
     h = R.nn.relu(R.add(R.matmul(x, w), b))
     pair = (h, x)
     first = pair[0]
     return R.nn.softmax(first, axis=1)
-'''
+"""
 
 
 def run_source(source: str, name: str, live, *args):
@@ -33,26 +36,37 @@ def test_faithful_mapping_runs_and_matches_the_compiled_function(shell):
 
 
 def test_calls_to_tir_pyfuncs_and_relax_functions_stay_calls(shell):
-    shell.cell("demo", ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH + '''
+    shell.cell(
+        "demo",
+        ADD_TIR
+        + SCALE_PYFUNC
+        + RELAX_CALLS_BOTH
+        + """
 @R.function
 def outer(x: R.Tensor(("n",), "float32")) -> R.Tensor(("n",), "float32"):
     cls = demo
     return cls.pipeline(x, x)
-''')
+""",
+    )
     demo = shell.ns["demo"]
     assert "self.pipeline(x, x)" in demo.as_torch("outer")
     pipeline = demo.as_torch("pipeline")
-    assert "self.call_tir(self.add_tir" in pipeline and "self.call_py_func('scale', [z])" in pipeline
+    assert (
+        "self.call_tir(self.add_tir" in pipeline and "self.call_py_func('scale', [z])" in pipeline
+    )
 
 
 def test_what_cannot_be_mapped_is_flagged_in_the_text_and_the_text_stays_python(shell):
-    shell.cell("demo", '''
+    shell.cell(
+        "demo",
+        """
 @R.function
 def odd(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
     y = R.cumsum(x, axis=0)
     z = R.multiply(R.nn.rms_norm(y, x, axes=[0]), x)
     return R.astype(R.astype(z, "float16"), "float32")
-''')
+""",
+    )
     demo = shell.ns["demo"]
     source = demo.as_torch("odd")
     compile(source, "<as_torch odd>", "exec")
@@ -64,4 +78,6 @@ def test_call_tir_text_runs_with_symbolic_sizes(shell):
     shell.cell("demo", ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH)
     demo = shell.ns["demo"]
     x = torch.arange(4, dtype=torch.float32)
-    assert torch.equal(run_source(demo.as_torch("pipeline"), "pipeline", demo, x, x), demo.pipeline(x, x))
+    assert torch.equal(
+        run_source(demo.as_torch("pipeline"), "pipeline", demo, x, x), demo.pipeline(x, x)
+    )

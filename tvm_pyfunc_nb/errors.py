@@ -45,6 +45,10 @@ class CallError(TVMModuleError):
     """A call was wrong: unknown function, wrong number, shape or dtype of arguments."""
 
 
+class UnknownFunctionError(CallError, AttributeError):
+    """`NAME.fn` (or a call by name) where the module has no function `fn`."""
+
+
 class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 
@@ -65,17 +69,19 @@ def shorten(text: str, max_lines: int = MAX_DETAIL_LINES) -> str:
     lines = [ln for ln in lines if ln and not _is_noise(ln)]
     if len(lines) > max_lines:
         dropped = len(lines) - max_lines
-        lines = lines[:max_lines] + [f"... ({dropped} more lines; %tb shows the full story)"]
+        lines = [*lines[:max_lines], f"... ({dropped} more lines; %tb shows the full story)"]
     return "\n".join(lines)
 
 
 def _is_noise(line: str) -> bool:
     stripped = line.strip()
     return (
-        stripped.startswith(("File \"", "File '", "Traceback (most recent call last)"))
+        stripped.startswith(('File "', "File '", "Traceback (most recent call last)"))
         or stripped.startswith("note: run with `TVM_BACKTRACE=1`")
         or stripped.startswith("^")
-        or stripped.startswith(("frame #", "Exception raised from ", "<omitting python frames>"))  # C++ backtraces
+        or stripped.startswith(
+            ("frame #", "Exception raised from ", "<omitting python frames>")
+        )  # C++ backtraces
     )
 
 

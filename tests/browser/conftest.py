@@ -26,8 +26,13 @@ import pytest
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
@@ -86,15 +91,24 @@ def lab(tmp_path_factory):
         "IPYTHONDIR": str(dirs["ipython"]),
     }
     port, token = _free_port(), secrets.token_hex(16)
-    log = open(home / "lab.log", "wb")
+    log = open(home / "lab.log", "wb")  # noqa: SIM115 (open for the server's lifetime, closed below)
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
-            "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={dirs['root']}",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={dirs['root']}",
             f"--LabApp.workspaces_dir={dirs['workspaces']}",
         ],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -128,7 +142,10 @@ def browser(tmp_path):
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            str(tmp_path / "profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
             viewport={"width": 1400, "height": 1000},
         )
         context.route("**/*", offline)

@@ -20,16 +20,12 @@ Functions keep upstream's order: PrimFuncs, then pyfuncs (and any other
 from __future__ import annotations
 
 import ast
-import html
 
 import tvm
-from pygments import highlight
-from pygments.formatters import HtmlFormatter
-from pygments.lexers import PythonLexer
 from tvm import relax
 
-from .cell_fragment import reindent
-from .errors import CallError
+from ..errors import CallError
+from .cells import reindent
 
 # PEP 695 output (`class Module[n]`-style) is chosen by default on Python >= 3.12
 # and does not parse on 3.10/3.11; `n = TypeVar("n")` parses everywhere.
@@ -102,22 +98,6 @@ def member_sources(script: str) -> dict[str, str]:
         first = min([d.lineno for d in getattr(stmt, "decorator_list", [])] + [stmt.lineno])
         members[name] = _reindent("".join(lines[first - 1 : stmt.end_lineno]), -stmt.col_offset)
     return members
-
-
-def highlight_html(code: str, style: str = "default") -> str:
-    """`code` highlighted as Python in a `<div><pre>`, with inline styles.
-
-    Inline styles (as in `tvm/script/highlight.py`) keep the colours the same
-    in any page and leak nothing into it. Pygments escapes the code.
-    """
-    # `white-space: pre`: long lines scroll rather than wrap, even where the page styles `pre` to wrap
-    formatter = HtmlFormatter(noclasses=True, style=style, prestyles="white-space: pre")
-    return highlight(code, PythonLexer(), formatter)
-
-
-def escape(text: object) -> str:
-    """`text` made safe for HTML content and attribute values."""
-    return html.escape(str(text), quote=True)
 
 
 def _pyfunc_sources(ir_mod: tvm.IRModule) -> dict[str, str]:

@@ -15,7 +15,7 @@ from tvm.relax.base_py_module import BasePyModule
 class CompiledPyModule(BasePyModule):
     """A `BasePyModule` built from a live module's compiled functions (no compile of its own)."""
 
-    def __init__(self, ir_mod, device, target, tir_funcs: dict, relax_vm, pyfuncs: dict):  # noqa: D107
+    def __init__(self, ir_mod, device, target, tir_funcs: dict, relax_vm, pyfuncs: dict):
         # Deliberately not calling BasePyModule.__init__: it would compile everything again.
         self.device = device
         self.ir_mod = ir_mod
@@ -25,7 +25,9 @@ class CompiledPyModule(BasePyModule):
         self.compiled_tir_funcs = dict(tir_funcs)
         self.extern_funcs = {}
         self.tir_func_names = list(tir_funcs)
-        self.relax_func_names = [gv.name_hint for gv, f in ir_mod.functions_items() if isinstance(f, relax.Function)]
+        self.relax_func_names = [
+            gv.name_hint for gv, f in ir_mod.functions_items() if isinstance(f, relax.Function)
+        ]
         self.relax_vm = relax_vm
         self.pyfuncs = {}
         self._wrap_tir_functions()

@@ -92,11 +92,15 @@ def _line_of_path(func: tirx.PrimFunc, text: str) -> int | None:
 
 # -- external symbols ----------------------------------------------------------------------
 def missing_symbols(func: tirx.PrimFunc) -> list[str]:
-    """External symbols `func` calls (`T.call_extern` and kin) that this process does not provide."""
+    """External symbols `func` calls (`T.call_extern` and kin) that this process lacks."""
     names: set[str] = set()
 
     def visit(call) -> None:
-        if getattr(call.op, "name", None) in _EXTERN_CALLS and call.args and hasattr(call.args[0], "value"):
+        if (
+            getattr(call.op, "name", None) in _EXTERN_CALLS
+            and call.args
+            and hasattr(call.args[0], "value")
+        ):
             names.add(str(call.args[0].value))
 
     tvm_ffi.structural_walk(func.body, [(tvm.ir.Call, visit)])
@@ -106,7 +110,7 @@ def missing_symbols(func: tirx.PrimFunc) -> list[str]:
 
 # -- integer division by zero ----------------------------------------------------------------
 def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
-    """`func` with an assert `divisor != 0` before each statement dividing integers by a non-constant.
+    """`func` with an assert `divisor != 0` before each statement dividing integers by a variable.
 
     Divisions in the branches of `T.if_then_else` are left alone: only the
     branch taken is evaluated, so the user may have guarded them already.
@@ -117,7 +121,9 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
 
     def guard(stmt, mutator):
         new = mutator.default_mutate(stmt)
-        divisors = [d for field in _OWN_EXPRESSIONS[type(stmt)] for d in _divisors_in(getattr(stmt, field))]
+        divisors = [
+            d for field in _OWN_EXPRESSIONS[type(stmt)] for d in _divisors_in(getattr(stmt, field))
+        ]
         if not divisors:
             return new
         return _asserted([tirx.NE(d, tirx.const(0, str(d.ty))) for d in divisors], message, new)
@@ -126,11 +132,16 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
 
 
 def _divisors_in(node) -> list:
-    """Non-constant integer divisors evaluated by `node` (an expression, a statement, or a list of them)."""
+    """Non-constant integer divisors evaluated by `node` (an expression, a statement, or a list of
+    them).
+    """
 
     def divisor(value):
-        if (isinstance(value, _DIVISIONS) and str(value.ty).startswith(("int", "uint"))
-                and not isinstance(value.b, tirx.IntImm)):
+        if (
+            isinstance(value, _DIVISIONS)
+            and str(value.ty).startswith(("int", "uint"))
+            and not isinstance(value.b, tirx.IntImm)
+        ):
             return value.b
         return None
 
@@ -184,14 +195,23 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
 
     def scope(stmt, mutator):
         if isinstance(stmt, tirx.For):
-            analyzer.bind(stmt.loop_var, tvm.ir.Range.from_min_extent(stmt.min, stmt.extent), allow_override=True)
+            analyzer.bind(
+                stmt.loop_var,
+                tvm.ir.Range.from_min_extent(stmt.min, stmt.extent),
+                allow_override=True,
+            )
         elif isinstance(stmt, (tirx.Bind, tirx.LetStmt)):
             analyzer.bind(stmt.var, stmt.value, allow_override=True)
         new = mutator.default_mutate(stmt)
         accesses = [(stmt.buffer, stmt.indices)] if isinstance(stmt, tirx.BufferStore) else []
         for field in _OWN_EXPRESSIONS[type(stmt)]:
             accesses += _loads_in(getattr(stmt, field))
-        doubtful = [c for buffer, indices in accesses for c in _bounds(buffer, indices) if not analyzer.can_prove(c)]
+        doubtful = [
+            c
+            for buffer, indices in accesses
+            for c in _bounds(buffer, indices)
+            if not analyzer.can_prove(c)
+        ]
         return _asserted(doubtful, message, new) if doubtful else new
 
     return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)])
@@ -199,7 +219,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
 
 def _bounds(buffer, indices) -> list:
     conditions = []
-    for index, size in zip(indices, buffer.shape):
+    for index, size in zip(indices, buffer.shape, strict=False):
         if "x" in str(index.ty):  # a vector of indices (T.ramp): left to the static check
             continue
         zero = tirx.const(0, str(index.ty))

@@ -16,7 +16,7 @@ import io
 import tokenize
 from dataclasses import dataclass, field
 
-from .errors import CellSyntaxError
+from ..errors import CellSyntaxError
 
 PYFUNC, PRIMFUNC, RELAX = "pyfunc", "tir", "relax"
 _DECORATOR_KINDS = {("I", "pyfunc"): PYFUNC, ("T", "prim_func"): PRIMFUNC, ("R", "function"): RELAX}
@@ -42,7 +42,9 @@ class CellFragment:
     first_line: int
     functions: dict[str, FunctionSource] = field(default_factory=dict)
     full_class: str | None = None  # the class name when the body is a full `@I.ir_module` class
-    preamble: list[tuple[str, int]] = field(default_factory=list)  # (statement, cell line), run before the functions
+    preamble: list[tuple[str, int]] = field(
+        default_factory=list
+    )  # (statement, cell line), run before the functions
 
 
 def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragment:
@@ -61,14 +63,20 @@ def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragme
             continue
         if not isinstance(node, ast.FunctionDef):
             what = type(node).__name__
-            hint = "async functions are not supported" if isinstance(node, ast.AsyncFunctionDef) else (
-                f"only functions decorated with {', '.join(_KIND_DECORATORS.values())} "
-                "may appear at the top level of a %%tvmmodule cell"
+            hint = (
+                "async functions are not supported"
+                if isinstance(node, ast.AsyncFunctionDef)
+                else (
+                    f"only functions decorated with {', '.join(_KIND_DECORATORS.values())} "
+                    "may appear at the top level of a %%tvmmodule cell"
+                )
             )
             raise CellSyntaxError(f"unexpected {what} statement: {hint}", line=line)
         kind = _kind_of(node, line)
         if node.name in fragment.functions:
-            raise CellSyntaxError(f"`{node.name}` is defined twice in this cell", function=node.name, line=line)
+            raise CellSyntaxError(
+                f"`{node.name}` is defined twice in this cell", function=node.name, line=line
+            )
         start = min([d.lineno for d in node.decorator_list] + [node.lineno])
         src_lines = lines[start - 1 + offset : node.end_lineno + offset]
         source = reindent("".join(src_lines), -_indent_of(src_lines[0]))
@@ -92,7 +100,11 @@ def _module_body(tree: ast.Module, text: str, first_line: int):
     if not classes:
         return tree.body, 0, None
     cls = classes[0]
-    others = [n for n in tree.body if n is not cls and not _is_docstring_or_ignorable(n) and not _is_preamble(n)]
+    others = [
+        n
+        for n in tree.body
+        if n is not cls and not _is_docstring_or_ignorable(n) and not _is_preamble(n)
+    ]
     if len(classes) > 1 or others:
         extra = classes[1] if len(classes) > 1 else others[0]
         raise CellSyntaxError(
@@ -101,7 +113,8 @@ def _module_body(tree: ast.Module, text: str, first_line: int):
         )
     if not any(_decorator_path(d) == ("I", "ir_module") for d in cls.decorator_list):
         raise CellSyntaxError(
-            f"class `{cls.name}` must be decorated with @I.ir_module", line=cls.lineno + first_line - 1
+            f"class `{cls.name}` must be decorated with @I.ir_module",
+            line=cls.lineno + first_line - 1,
         )
     return cls.body, 0, cls.name
 
@@ -109,19 +122,33 @@ def _module_body(tree: ast.Module, text: str, first_line: int):
 def _is_docstring_or_ignorable(node: ast.stmt) -> bool:
     if isinstance(node, ast.Pass):
         return True
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+    if (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    ):
         return True
-    # `I.module_attrs({...})` as printed by TVM's own printer: carried by the module, not a function.
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and _decorator_path(node.value) == ("I", "module_attrs")
+    # `I.module_attrs({...})` as printed by TVM's own printer: carried by the module, not a
+    # function.
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and _decorator_path(node.value) == ("I", "module_attrs")
+    )
 
 
 def _is_preamble(node: ast.stmt) -> bool:
-    """Imports, and `n = TypeVar("n")` as TVM's printer writes for symbolic shapes: run, not functions."""
+    """Imports, and `n = TypeVar("n")` as TVM's printer writes for symbolic shapes: run, not
+    functions.
+    """
     if isinstance(node, ast.Import | ast.ImportFrom):
         return True
     return (
-        isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-        and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+        isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
         and node.value.func.id == "TypeVar"
     )
 
@@ -135,11 +162,17 @@ def _decorator_path(node: ast.expr) -> tuple[str, str] | None:
 
 
 def _kind_of(node: ast.FunctionDef, line: int) -> str:
-    kinds = [_DECORATOR_KINDS[p] for p in map(_decorator_path, node.decorator_list) if p in _DECORATOR_KINDS]
+    kinds = [
+        _DECORATOR_KINDS[p]
+        for p in map(_decorator_path, node.decorator_list)
+        if p in _DECORATOR_KINDS
+    ]
     if len(kinds) != 1:
         wanted = " or ".join(_KIND_DECORATORS.values())
         problem = "has no" if not kinds else "has more than one"
-        raise CellSyntaxError(f"function `{node.name}` {problem} decorator {wanted}", function=node.name, line=line)
+        raise CellSyntaxError(
+            f"function `{node.name}` {problem} decorator {wanted}", function=node.name, line=line
+        )
     return kinds[0]
 
 

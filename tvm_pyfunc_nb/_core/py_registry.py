@@ -28,7 +28,9 @@ def new_prefix(module_name: str) -> str:
 
 
 def register(name: str, func: Callable) -> None:
-    """Make `func` what `R.call_py_func` calls under `name`, remembered so that `unregister` can restore it."""
+    """Make `func` what `R.call_py_func` calls under `name`, remembered so that `unregister` can
+    restore it.
+    """
     _entries[name] = func
     _register(name, func)
 
@@ -44,7 +46,9 @@ def unregister(names: list[str] | set[str]) -> None:
 
 
 def restore() -> None:
-    """Make TVM's registry hold exactly our entries again (e.g. after upstream's `__del__` cleared it)."""
+    """Make TVM's registry hold exactly our entries again (e.g. after upstream's `__del__` cleared
+    it).
+    """
     _clear()
     for name, func in _entries.items():
         _register(name, func)
@@ -69,6 +73,6 @@ def registered() -> list[str]:
 
 @atexit.register
 def clear_at_exit() -> None:
-    """An empty registry at exit avoids TVM's segfault (exit code 139) during interpreter shutdown."""
+    """An empty registry at exit avoids TVM's segfault (exit code 139) at interpreter shutdown."""
     _entries.clear()
     _clear()

@@ -1,32 +1,18 @@
-"""The ipywidgets views: a `%%tvmmodule` cell's output and `NAME.show()`, kept up to date.
+"""The ipywidgets views: a `%%tvmmodule` cell's output and `NAME.show()`.
 
-A view is a box of HTML widgets holding the fragments `display` makes. After
-every cell, `display.refresh_views()` asks each view to re-render the panes
-whose `live.last_calls[name]` record is not the one they show: an identity
-check, so a call itself notifies no one and the hot path stays as it is.
-
-A TVM compile runs in the kernel's own thread, so a view can only show one
-from another thread: `CompileWatch` is the live module's compile hook, and
-once a compile has run for `SHOW_COMPILE_AFTER` seconds a ticker thread
-writes what is compiling, and for how long, into every view of the module.
-(A compile holds the GIL part of the time; the ticker then runs late.)
+A view is a box of HTML widgets holding the fragments `render` makes. After
+every cell, the registry asks each view to `refresh()`: panes whose
+`live.last_calls[name]` record is not the one they show render again. That
+is an identity check, so a call itself notifies no one and the hot path stays
+as it is.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import ipywidgets as widgets
 
-from . import display
-from .live_module import LiveModule, UpdateResult
-
-SHOW_COMPILE_AFTER = 0.5  # seconds a compile runs before the views show it
-TICK = 0.25  # seconds between updates of a running compile's line
+from .._core.live_module import LiveModule, UpdateResult
+from . import render
 
 
 class FunctionPane(widgets.HBox):
@@ -34,9 +20,9 @@ class FunctionPane(widgets.HBox):
 
     def __init__(self, live: LiveModule, name: str, script: str):
         self.live, self.name = live, name
-        self._filename = live.entry(name).filename  # which definition of `name` this pane shows
+        self._run = live.entry(name).run  # which definition of `name` this pane shows
         self._shown: object = _NOTHING
-        self.script = widgets.HTML(display.script_html(script), layout=_column("3 1 0%", "0"))
+        self.script = widgets.HTML(render.script_html(script), layout=_column("3 1 0%", "0"))
         self.results = widgets.HTML(layout=_column("2 1 0%", "16em"))
         row = widgets.Layout(width="100%", grid_gap="12px")
         super().__init__([self.script, self.results], layout=row)
@@ -46,17 +32,17 @@ class FunctionPane(widgets.HBox):
         """Render the results again if the latest call changed, or say why they no longer do."""
         if not self._is_current():
             if self._shown is not _REPLACED:
-                self.results.value = display.replaced_html(self.live, self.name)
+                self.results.value = render.replaced_html(self.live, self.name)
                 self._shown = _REPLACED
             return
         record = self.live.last_calls.get(self.name)
         if record is not self._shown:
-            self.results.value = display.results_html(self.live, self.name, record)
+            self.results.value = render.results_html(self.live, self.name, record)
             self._shown = record
 
     def _is_current(self) -> bool:
         live = self.live
-        return self.name in live.functions and live.entry(self.name).filename == self._filename
+        return self.name in live.functions and live.entry(self.name).run == self._run
 
 
 class _View(widgets.VBox):
@@ -100,21 +86,21 @@ class CellWidget(_View):
 
     def __init__(self, live: LiveModule, result: UpdateResult):
         self.live, self.result = live, result
-        self.cell_key = live.entry(result.defined[0]).cell_key if result.defined else None
-        members = display.scripts(live)[1] if result.defined else {}
+        self.cell_key = live.entry(result.defined[0]).contribution if result.defined else None
+        members = render.scripts(live)[1] if result.defined else {}
         self.scripts = {name: members[name] for name in result.defined}
         self.panes = [FunctionPane(live, name, self.scripts[name]) for name in result.defined]
-        super().__init__([widgets.HTML(display.notices_html(live, result)), *self.panes])
+        super().__init__([widgets.HTML(render.notices_html(live, result)), *self.panes])
 
     def refresh(self) -> None:
         for pane in self.panes:
             pane.refresh()
 
     def text(self) -> str:
-        return display.cell_text(self.live, self.result)
+        return render.cell_text(self.live, self.result)
 
     def html(self) -> str:
-        return display.cell_html(self.live, self.result, self.scripts)
+        return render.cell_html(self.live, self.result, self.scripts)
 
 
 class ModuleWidget(_View):
@@ -141,85 +127,26 @@ class ModuleWidget(_View):
 
     def _build(self) -> None:
         self._ir_mod = self.live.ir_mod
-        script, members = display.scripts(self.live)
+        script, members = render.scripts(self.live)
         kinds = self.live.functions
         old_children = self.tabs.children
         self.panes = [FunctionPane(self.live, name, members[name]) for name in kinds]
         children: list[widgets.Widget] = [*self.panes]
         titles = [f"{name} · {kind}" for name, kind in kinds.items()]
-        children.append(widgets.HTML(display.script_html(script)))
+        children.append(widgets.HTML(render.script_html(script)))
         titles.append("module")
-        torch_code = display.torch_sources(self.live)
+        torch_code = render.torch_sources(self.live)
         if torch_code:
-            children.append(widgets.HTML(display.torch_html(torch_code)))
+            children.append(widgets.HTML(render.torch_html(torch_code)))
             titles.append("PyTorch")
         self.tabs.children, self.tabs.titles = children, titles
         close_tree(old_children)
 
     def text(self) -> str:
-        return display.module_text(self.live)
+        return render.module_text(self.live)
 
     def html(self) -> str:
-        return display.module_html(self.live)
-
-
-# -- long compiles ---------------------------------------------------------------------
-class CompileWatch:
-    """A live module's compile hook: `with watch(kind, names):` around each TVM build."""
-
-    def __init__(self, live: LiveModule):
-        self._live = weakref.ref(live)
-        self._running: list[tuple[str, tuple[str, ...], float]] = []
-        self._lock = threading.Lock()
-        self._ticker: threading.Thread | None = None
-
-    @contextmanager
-    def __call__(self, kind: str, names: tuple[str, ...]) -> Iterator[None]:
-        compile_ = (kind, tuple(names), time.perf_counter())
-        with self._lock:
-            self._running.append(compile_)
-            if self._ticker is None:
-                self._ticker = threading.Thread(target=self._tick, daemon=True)
-                self._ticker.start()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.remove(compile_)
-
-    def _tick(self) -> None:
-        shown = False
-        while True:
-            time.sleep(TICK)
-            with self._lock:
-                now = time.perf_counter()
-                overdue = [(kind, names, now - start) for kind, names, start in self._running
-                           if now - start >= SHOW_COMPILE_AFTER]
-                if not self._running:
-                    self._ticker = None
-                    break
-            if overdue:
-                self._show(display.compile_progress_html(overdue))
-                shown = True
-        if shown:
-            self._show("")
-
-    def _show(self, html: str) -> None:
-        live = self._live()
-        if live is not None:
-            for view in display.views_of(live):
-                view.show_progress(html)
-
-
-def watch_compiles(live: LiveModule) -> None:
-    """Make the views of `live` show its long compiles (once per module)."""
-    if live not in _watched:
-        live.watch_compiles(CompileWatch(live))
-        _watched.add(live)
-
-
-_watched: weakref.WeakSet = weakref.WeakSet()
-_NOTHING, _REPLACED = object(), object()
+        return render.module_html(self.live)
 
 
 def close_tree(children) -> None:
@@ -230,7 +157,9 @@ def close_tree(children) -> None:
 
 
 def close_parts(widget: widgets.Widget) -> None:
-    """Close a widget's layout and style: widgets of their own, which the library leaves open (and kept)."""
+    """Close a widget's layout and style: widgets of their own, which the library leaves open (and
+    kept).
+    """
     for part in (getattr(widget, "layout", None), getattr(widget, "style", None)):
         if isinstance(part, widgets.Widget):
             part.close()
@@ -238,3 +167,6 @@ def close_parts(widget: widgets.Widget) -> None:
 
 def _column(flex: str, min_width: str) -> widgets.Layout:
     return widgets.Layout(flex=flex, min_width=min_width, overflow="auto")
+
+
+_NOTHING, _REPLACED = object(), object()

@@ -27,6 +27,7 @@ session of its own, so interrupting or stopping the kernel does not kill it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -47,7 +48,7 @@ import tvm
 import tvm_ffi
 from tvm.support.cc import get_cc
 
-from .errors import TVMModuleError
+from ..errors import TVMModuleError, last_reason
 
 FORMAT = 1
 DEFAULT_MAX_BYTES = 512 * 2**20
@@ -108,8 +109,10 @@ class CompileCache:
         self._lock = threading.Lock()
 
     # -- the Compiler's interface --------------------------------------------------
-    def load(self, name: str, func: tvm.tirx.PrimFunc, target_key: str) -> tvm.runtime.Module | None:
-        """The library of `func` compiled for `target_key`, if a verified entry has it; else None."""
+    def load(
+        self, name: str, func: tvm.tirx.PrimFunc, target_key: str
+    ) -> tvm.runtime.Module | None:
+        """The library of `func` built for `target_key` if a verified entry has it, else None."""
         structural_hash = str(tvm_ffi.structural_hash(func))
         key = entry_key(name, structural_hash, target_key)
         try:
@@ -128,7 +131,9 @@ class CompileCache:
         self.hits += 1
         return lib
 
-    def store(self, name: str, func: tvm.tirx.PrimFunc, target_key: str, lib: tvm.runtime.Module) -> None:
+    def store(
+        self, name: str, func: tvm.tirx.PrimFunc, target_key: str, lib: tvm.runtime.Module
+    ) -> None:
         """Save `lib` as the entry of `func`; the export runs on the background thread.
 
         A cache that cannot take the entry never fails the compile that made it: the
@@ -138,8 +143,10 @@ class CompileCache:
         key = entry_key(name, structural_hash, target_key)
         try:
             script = func.script()
-        except Exception as err:  # a PrimFunc TVMScript cannot print can still run; it is just not cached
-            self.problem = f"{name}: not cached, its TVMScript does not print ({_first_line(err)})"
+        except (
+            Exception
+        ) as err:  # a PrimFunc TVMScript cannot print can still run; it is just not cached
+            self.problem = f"{name}: not cached, its TVMScript does not print ({last_reason(err)})"
             return
         record = {
             "format": FORMAT,
@@ -170,8 +177,16 @@ class CompileCache:
         with self._lock:
             pending = len(self._pending)
         return CacheSummary(
-            str(self.directory), len(entries), sum(e.size for e in entries), self.max_bytes,
-            self.hits, self.misses, self.stored, self.rejected, pending, self.problem,
+            str(self.directory),
+            len(entries),
+            sum(e.size for e in entries),
+            self.max_bytes,
+            self.hits,
+            self.misses,
+            self.stored,
+            self.rejected,
+            pending,
+            self.problem,
         )
 
     def clear(self) -> int:
@@ -183,16 +198,22 @@ class CompileCache:
         return len(entries)
 
     # -- loading -------------------------------------------------------------------
-    def _load_verified(self, key: str, name: str, structural_hash: str, target_key: str,
-                       func) -> tvm.runtime.Module | None:
+    def _load_verified(
+        self, key: str, name: str, structural_hash: str, target_key: str, func
+    ) -> tvm.runtime.Module | None:
         record_path, library_path = self._paths(key)
         try:
             raw = record_path.read_bytes()
         except FileNotFoundError:
             return None
         record = _parse_record(raw)
-        expected = {"format": FORMAT, "name": name, "target": target_key, "environment": environment(),
-                    "structural_hash": structural_hash}
+        expected = {
+            "format": FORMAT,
+            "name": name,
+            "target": target_key,
+            "environment": environment(),
+            "structural_hash": structural_hash,
+        }
         for field_name, value in expected.items():
             if record.get(field_name) != value:
                 raise _Rejected(f"recorded {field_name} differs")
@@ -202,7 +223,9 @@ class CompileCache:
             library = library_path.read_bytes()
         except FileNotFoundError:
             raise _Rejected("its library file is missing") from None
-        if len(library) != record.get("library_bytes") or _sha256(library) != record.get("library_sha256"):
+        if len(library) != record.get("library_bytes") or _sha256(library) != record.get(
+            "library_sha256"
+        ):
             raise _Rejected("its library does not match the checksum recorded when it was written")
         lib = self._load_library(library, name)
         _touch(record_path)
@@ -217,7 +240,7 @@ class CompileCache:
             lib = tvm.runtime.load_module(path)
             lib.get_function(name)
         except Exception as err:  # a library that passed its checksum but does not load: discard it
-            raise _Rejected(f"it does not load: {_first_line(err)}") from err
+            raise _Rejected(f"it does not load: {last_reason(err)}") from err
         finally:
             _remove(Path(path))
         return lib
@@ -230,8 +253,12 @@ class CompileCache:
             built = Path(work) / f"{key}{LIBRARY_SUFFIX}"
             lib.export_library(str(built), fcompile=_link_shared, workspace_dir=work)
             library = built.read_bytes()
-            record = {**record, "library_sha256": _sha256(library), "library_bytes": len(library),
-                      "written": time.time()}
+            record = {
+                **record,
+                "library_sha256": _sha256(library),
+                "library_bytes": len(library),
+                "written": time.time(),
+            }
             os.chmod(built, 0o600)
             os.replace(built, library_path)
         _write_atomically(record_path, _dump_record(record))
@@ -243,10 +270,12 @@ class CompileCache:
             self._pending.discard(future)
         err = future.exception()
         if err is not None:  # a failed export only means this function is compiled again next time
-            self.problem = f"writing an entry failed: {_first_line(err)}"
+            self.problem = f"writing an entry failed: {last_reason(err)}"
 
     def _evict(self) -> None:
-        """Delete least recently used entries until the cache fits its bound; sweep stale temp files."""
+        """Delete least recently used entries until the cache fits its bound; sweep stale temp
+        files.
+        """
         now = time.time()
         for path in self.directory.glob(".*"):
             if now - _mtime(path) > STALE_TEMP_SECONDS:
@@ -299,9 +328,13 @@ def _link_shared(output: str, objects: list[str], **_options) -> None:
     command = [get_cc() or "cc", "-shared", "-fPIC", "-o", output, *objects]
     if sys.platform == "darwin":
         command[2:2] = ["-undefined", "dynamic_lookup"]
-    done = subprocess.run(command, capture_output=True, text=True, start_new_session=True, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, start_new_session=True, check=False
+    )
     if done.returncode != 0:
-        raise RuntimeError(f"linking failed ({' '.join(command)}): {(done.stdout + done.stderr).strip()}")
+        raise RuntimeError(
+            f"linking failed ({' '.join(command)}): {(done.stdout + done.stderr).strip()}"
+        )
 
 
 # -- keys ------------------------------------------------------------------------------
@@ -313,8 +346,8 @@ def entry_key(name: str, structural_hash: str, target_key: str) -> str:
 
 @cache
 def environment() -> dict[str, str]:
-    """What else shapes a compiled library: TVM, tvm-ffi and this package's versions, and the host."""
-    from . import __version__
+    """What else shapes a library: TVM, tvm-ffi and this package's versions, and the host."""
+    from .._version import __version__
     from .crash_guards import GUARDS_VERSION
 
     return {
@@ -382,10 +415,8 @@ def _remove(path: Path) -> None:
 
 
 def _touch(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # evicted meanwhile by another kernel: nothing to mark
         os.utime(path)
-    except OSError:  # evicted meanwhile by another kernel: nothing to mark
-        pass
 
 
 def _mtime(path: Path) -> float:
@@ -401,8 +432,3 @@ def _sha256(data: bytes) -> str:
 
 def _megabytes(size: int) -> str:
     return f"{size / 2**20:.1f} MB"
-
-
-def _first_line(err: BaseException) -> str:
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__

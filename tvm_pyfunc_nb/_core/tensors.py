@@ -15,7 +15,7 @@ import torch
 import tvm
 import tvm_ffi
 
-from .errors import CallError
+from ..errors import CallError
 
 TORCH_DTYPES = {
     "float16": torch.float16,
@@ -55,7 +55,9 @@ def dtype_name(value: Any) -> str:
 def to_tvm_arg(value: Any) -> Any:
     """Make `value` something a compiled TVM function accepts; torch tensors pass as they are."""
     if isinstance(value, torch.Tensor):
-        if value.is_complex():  # TVM aborts the process while formatting its error about a complex dtype
+        if (
+            value.is_complex()
+        ):  # TVM aborts the process while formatting its error about a complex dtype
             raise CallError(f"complex tensors ({dtype_name(value)}) are not supported by TVM")
         return value if value.is_contiguous() else value.contiguous()
     if isinstance(value, np.ndarray):
@@ -69,7 +71,7 @@ def to_tvm_arg(value: Any) -> Any:
 
 def _check_dtype_is_known(tensor: tvm_ffi.Tensor) -> None:
     try:
-        tensor.dtype
+        _ = tensor.dtype
     except ValueError as err:  # e.g. complex: TVM has no name for it, and aborts when it needs one
         raise CallError(f"a tensor of a dtype TVM does not support: {err}") from None
 
@@ -80,17 +82,21 @@ def to_tvm_args(args: tuple) -> list:
 
 
 def write_back(originals: tuple, passed: list) -> None:
-    """Copy what a kernel wrote into the contiguous copies `to_tvm_args` made back into the originals.
+    """Copy what a kernel wrote into the copies `to_tvm_args` made back into the originals.
 
     A PrimFunc writes its outputs in place; an output given as a view (a slice, a transpose)
     went in as a copy. Expanded tensors (a stride of 0) cannot be written and are left alone.
     """
-    for original, copy in zip(originals, passed):
+    for original, copy in zip(originals, passed, strict=False):
         if copy is original:
             continue
         if isinstance(original, torch.Tensor) and 0 not in original.stride():
             original.copy_(copy)
-        elif isinstance(original, np.ndarray) and original.flags.writeable and 0 not in original.strides:
+        elif (
+            isinstance(original, np.ndarray)
+            and original.flags.writeable
+            and 0 not in original.strides
+        ):
             np.copyto(original, copy.numpy())
 
 
@@ -126,7 +132,9 @@ def describe(value: Any) -> str:
 
 
 def is_tensor_like(value: Any) -> bool:
-    """Whether `value` has a shape and a dtype (a dtype TVM cannot name counts: it is still a tensor)."""
+    """Whether `value` has a shape and a dtype (a dtype TVM cannot name counts: it is still a
+    tensor).
+    """
     try:
         return hasattr(value, "shape") and hasattr(value, "dtype")
     except ValueError:

@@ -21,11 +21,16 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from .cell_fragment import FunctionSource
-from .errors import CellSyntaxError
+from ..errors import CellSyntaxError
+from .cells import FunctionSource
 
 PREBOUND: dict[str, object] = {
-    "I": I, "R": R, "T": T, "tvm": tvm, "torch": torch, "BasePyModule": BasePyModule,
+    "I": I,
+    "R": R,
+    "T": T,
+    "tvm": tvm,
+    "torch": torch,
+    "BasePyModule": BasePyModule,
 }
 
 
@@ -42,7 +47,7 @@ class CellGlobals(dict):
 
 def register_cell_text(filename: str, header: str, text: str) -> None:
     """Make `filename` read as the cell: `header` (the magic line) is line 1."""
-    lines = [header.rstrip("\n") + "\n"] + text.splitlines(keepends=True)
+    lines = [header.rstrip("\n") + "\n", *text.splitlines(keepends=True)]
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
@@ -71,7 +76,8 @@ def load_pyfunc(source: FunctionSource, filename: str, globals_: CellGlobals) ->
     except Exception as err:  # a decorator or a default argument raised while defining it
         raise CellSyntaxError(
             f"defining `{source.name}` raised {type(err).__name__}: {err}",
-            function=source.name, line=source.first_line,
+            function=source.name,
+            line=source.first_line,
         ) from err
     return scope[source.name]
 
@@ -97,7 +103,7 @@ def runtime_pyfunc_source(name: str, func: Callable) -> str:
             f"    raise NotImplementedError({name + ' has no source text'!r})\n"
         )
     lines = source.splitlines(keepends=True)
-    body = lines[node.lineno - 1:]
+    body = lines[node.lineno - 1 :]
     body[0] = body[0].replace(f"def {node.name}(", f"def {name}(", 1)
     return "@I.pyfunc\n" + "".join(body).rstrip() + "\n"
 
@@ -109,4 +115,6 @@ def _signature_text(func: Callable) -> str:
     except (TypeError, ValueError):
         return "*args, **kwargs"
     empty = inspect.Parameter.empty
-    return str(inspect.Signature([p.replace(default=empty, annotation=empty) for p in params]))[1:-1]
+    return str(inspect.Signature([p.replace(default=empty, annotation=empty) for p in params]))[
+        1:-1
+    ]

@@ -17,9 +17,18 @@ from tvm.relax.relax_to_pyfunc_converter import RelaxToPyFuncConverter
 
 _OP_MAP = RelaxToPyFuncConverter._get_op_map()
 _APPROXIMATE = {
-    "relax.nn.rms_norm", "relax.nn.attention", "relax.layout_transform", "relax.ewise_fma",
-    "relax.quantize", "relax.dequantize", "relax.nn.gelu_tanh", "relax.strided_slice",
-    "relax.dynamic_strided_slice", "relax.index_tensor", "relax.gather_nd", "relax.scatter_nd",
+    "relax.nn.rms_norm",
+    "relax.nn.attention",
+    "relax.layout_transform",
+    "relax.ewise_fma",
+    "relax.quantize",
+    "relax.dequantize",
+    "relax.nn.gelu_tanh",
+    "relax.strided_slice",
+    "relax.dynamic_strided_slice",
+    "relax.index_tensor",
+    "relax.gather_nd",
+    "relax.scatter_nd",
 }
 _REDUCTIONS = {"sum", "mean", "max", "min", "std", "variance"}
 
@@ -46,12 +55,15 @@ class _Writer:
             head.append("from tvm.script import relax as R")
         head.append("")
         if self.flags:
-            head.append(f"# {len(self.flags)} step(s) need attention before this is a faithful PyTorch version:")
+            head.append(
+                f"# {len(self.flags)} step(s) need attention before this is a faithful "
+                "PyTorch version:"
+            )
             head += [f"#   - {flag}" for flag in self.flags]
             head.append("")
         body = [f"    {line}" for line in self.lines]
         doc = f'    """`{self.name}` as PyTorch, op by op (TVM\'s relax-to-pyfunc op mapping)."""'
-        return "\n".join(head + [f"def {self.name}(self, {', '.join(params)}):", doc] + body) + "\n"
+        return "\n".join([*head, f"def {self.name}(self, {', '.join(params)}):", doc, *body]) + "\n"
 
     # -- names ---------------------------------------------------------------------
     def var(self, var: relax.Var) -> str:
@@ -93,13 +105,16 @@ class _Writer:
         if isinstance(expr, relax.TupleGetItem):
             return f"{self.expr(expr.tuple_value)}[{expr.index}]"
         if isinstance(expr, relax.ShapeExpr):
-            return f"({', '.join(self.prim(v) for v in expr.values)}{',' if len(expr.values) == 1 else ''})"
+            values = [self.prim(v) for v in expr.values]
+            return f"({', '.join(values)}{',' if len(values) == 1 else ''})"
         if isinstance(expr, tirx.IntImm | tirx.FloatImm | tirx.Var):
             return self.prim(expr)
         if isinstance(expr, tvm.ir.StringImm):
             return repr(expr.value)
         if isinstance(expr, tvm.ir.Constant | tvm.ir.GenericConst):
-            return self.flag("NOT MAPPED", "a Relax constant has no literal form here; pass it as an argument")
+            return self.flag(
+                "NOT MAPPED", "a Relax constant has no literal form here; pass it as an argument"
+            )
         if isinstance(expr, relax.Call):
             return self.call(expr)
         if isinstance(expr, relax.GlobalVar):
@@ -120,7 +135,10 @@ class _Writer:
             return
         value = binding.value
         if isinstance(value, relax.If):
-            self.emit(f"{target} = {self.flag('NOT MAPPED', f'`{target}`: an if-expression is not converted')}")
+            self.emit(
+                f"{target} = "
+                f"{self.flag('NOT MAPPED', f'`{target}`: an if-expression is not converted')}"
+            )
             return
         self.emit(f"{target} = {self.expr(value)}")
 
@@ -128,7 +146,9 @@ class _Writer:
         if isinstance(call.op, relax.GlobalVar):
             return f"self.{call.op.name_hint}({', '.join(self.expr(a) for a in call.args)})"
         if isinstance(call.op, relax.ExternFunc):
-            return self.flag("NOT MAPPED", f"extern function `{call.op.global_symbol}` has no PyTorch form")
+            return self.flag(
+                "NOT MAPPED", f"extern function `{call.op.global_symbol}` has no PyTorch form"
+            )
         op = call.op.name
         if op == "relax.call_tir":
             args = ", ".join(self.expr(a) for a in call.args[1].fields)
@@ -140,7 +160,10 @@ class _Writer:
         args = [self.expr(a) for a in call.args]
         mapped = _OP_MAP.get(op)
         if mapped is None:
-            return self.flag("NOT MAPPED", f"`{op}` has no PyTorch mapping in TVM's converter (inputs: {', '.join(args)})")
+            return self.flag(
+                "NOT MAPPED",
+                f"`{op}` has no PyTorch mapping in TVM's converter (inputs: {', '.join(args)})",
+            )
         return self.mapped_call(op, mapped, call, args)
 
     def mapped_call(self, op: str, mapped: str, call: relax.Call, args: list[str]) -> str:
@@ -175,7 +198,9 @@ class _Writer:
             return f"torch.cat({args[0]}, dim={attrs.get('axis', 0)})"
         text = f"{mapped}({', '.join(args)})"
         if not mapped.startswith(("torch.", "F.")):
-            return self.flag("NOT MAPPED", f"`{op}` maps to `{mapped}`, which needs hand translation")
+            return self.flag(
+                "NOT MAPPED", f"`{op}` maps to `{mapped}`, which needs hand translation"
+            )
         if op in _APPROXIMATE:
             self.flag("REVIEW", f"`{op}` -> `{mapped}` is only an approximate mapping")
         elif attrs and op != "relax.matmul":
@@ -188,7 +213,15 @@ def _attrs(call: relax.Call) -> dict:
         return {}
     found = {}
     for key in dir(call.attrs):
-        if key.startswith("_") or key in {"same_as", "handle", "get_fields", "keys", "get", "id_", "is_"}:
+        if key.startswith("_") or key in {
+            "same_as",
+            "handle",
+            "get_fields",
+            "keys",
+            "get",
+            "id_",
+            "is_",
+        }:
             continue
         try:
             value = getattr(call.attrs, key)
@@ -212,9 +245,15 @@ def _plain(value):
 
 
 def _out_ty(call: relax.Call) -> str:
-    """`R.Tensor(("n",), "float32")`: symbolic sizes by name, which `call_tir` binds from the inputs."""
+    """`R.Tensor(("n",), "float32")`: symbolic sizes by name, which `call_tir` binds from the
+    inputs.
+    """
     texts = []
     for ty in call.ty_args:
-        dims = ", ".join(repr(d.name) if isinstance(d, tirx.Var) else str(d.value) for d in ty.shape.values)
-        texts.append(f"R.Tensor(({dims}{',' if len(ty.shape.values) == 1 else ''}), {str(ty.dtype)!r})")
+        dims = ", ".join(
+            repr(d.name) if isinstance(d, tirx.Var) else str(d.value) for d in ty.shape.values
+        )
+        texts.append(
+            f"R.Tensor(({dims}{',' if len(ty.shape.values) == 1 else ''}), {str(ty.dtype)!r})"
+        )
     return texts[0] if len(texts) == 1 else f"[{', '.join(texts)}]"

@@ -20,8 +20,8 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder.ir import IRModuleFrame
 from tvm.script.parser.core.entry import parse
 
-from .cell_fragment import PYFUNC, CellFragment, reindent
-from .errors import TVMScriptError, shorten
+from ..errors import TVMScriptError, shorten
+from .cells import PYFUNC, CellFragment, reindent
 
 _STUBS = "__tvmnb_stubs__"
 _CELL_CLASS = "__tvmnb_cell__"
@@ -71,7 +71,9 @@ def parse_fragment(
         parsed = parse("".join(lines), extra, check_well_formed=False)
     except DiagnosticError as err:
         raise _script_error(str(err), fragment) from None
-    except Exception as err:  # TVM raises many types from deep inside; all mean "this script is wrong"
+    except (
+        Exception
+    ) as err:  # TVM raises many types from deep inside; all mean "this script is wrong"
         raise TVMScriptError(f"{type(err).__name__}: {err}") from err
     return {f.name: (parsed.get_global_var(f.name), parsed[f.name]) for f in wanted}
 
@@ -87,4 +89,3 @@ def _script_error(text: str, fragment: CellFragment) -> TVMScriptError:
             if func.first_line <= line < func.first_line + func.source.count("\n"):
                 owner = func.name
     return TVMScriptError(shorten(message), function=owner, line=line)
-

@@ -1,4 +1,4 @@
-"""What a view shows, as text and as HTML, and the entry points the magics call.
+"""What a view shows, as text and as HTML: pure rendering, no widgets and no registry.
 
 A view is one of the ipywidgets in `widgets.py`; they are containers of the
 HTML fragments made here. The same fragments make the `text/html` of a view's
@@ -6,91 +6,50 @@ mimebundle, for front ends without widgets (nbconvert, plain renderers), and
 `text/plain` is deterministic — functions, kinds, notices and shapes, never
 timings, values, ids or addresses — so saved notebooks diff cleanly and nbval
 can compare it. Everything a user wrote or a call produced is escaped:
-`printer.escape` for text, Pygments (`printer.highlight_html`) for code.
+`escape` for text, Pygments (`highlight_html`) for code, with inline styles
+(as in `tvm/script/highlight.py`) so a view looks the same in any page.
 """
 
 from __future__ import annotations
 
+import html
 import inspect
-import threading
 import time
-import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
 
-from .calling import CallRecord, specs_of
-from .cell_fragment import PRIMFUNC, PYFUNC, RELAX
-from .compiler import CompileRecord
-from .errors import TVMModuleError
-from .live_module import LiveModule, UpdateResult
-from .printer import escape, highlight_html, member_sources, module_script
-from .tensors import describe, to_torch
-
-if TYPE_CHECKING:
-    from .widgets import CellWidget, ModuleWidget
+from .._core.build import CompileRecord
+from .._core.calls import CallRecord
+from .._core.cells import PRIMFUNC, PYFUNC, RELAX
+from .._core.live_module import LiveModule, UpdateResult
+from .._core.printer import member_sources, module_script
+from .._core.tensors import describe, to_torch
+from ..errors import TVMModuleError
 
 MAX_VALUES = 6  # values of a tensor shown in a results pane
 MAX_REPR = 80  # characters of a non-tensor value shown
 
-# Every view on screen; the widgets library keeps a view alive until it is closed.
-# A compile watch reads it from its own thread, hence the lock.
-_views: weakref.WeakSet = weakref.WeakSet()
-_views_lock = threading.Lock()
+
+def escape(text: object) -> str:
+    """`text` made safe for HTML content and attribute values."""
+    return html.escape(str(text), quote=True)
 
 
-# -- entry points ----------------------------------------------------------------------
-def cell_view(live: LiveModule, result: UpdateResult) -> CellWidget:
-    """The output of a `%%tvmmodule` cell: each function it defines, script beside latest call.
+def highlight_html(code: str, style: str = "default") -> str:
+    """`code` highlighted as Python in a `<div><pre>`, with inline styles.
 
-    A new view of a cell closes the view of that cell's previous run.
+    Inline styles (as in `tvm/script/highlight.py`) keep the colours the same
+    in any page and leak nothing into it. Pygments escapes the code.
     """
-    from .widgets import CellWidget  # ipywidgets only once a view is made; widgets uses this module
-
-    view = CellWidget(live, result)
-    for old in views_of(live):
-        if view.cell_key is not None and getattr(old, "cell_key", None) == view.cell_key:
-            with _views_lock:
-                _views.discard(old)
-            old.close()
-    return _register(view)
-
-
-def module_view(live: LiveModule) -> ModuleWidget:
-    """`NAME.show()`: a tab per function (script and latest call), the module script, PyTorch."""
-    from .widgets import ModuleWidget
-
-    return _register(ModuleWidget(live))
-
-
-def show(live: LiveModule) -> None:
-    """Display the module view of `live` now."""
-    from IPython.display import display
-
-    display(module_view(live))
-
-
-def refresh_views() -> None:
-    """Bring every view up to date with the latest calls (the magics call this after each cell)."""
-    with _views_lock:
-        views = list(_views)
-    for view in views:
-        view.refresh()
-
-
-def views_of(live: LiveModule) -> list:
-    with _views_lock:
-        return [view for view in _views if view.live is live]
-
-
-def _register(view):
-    from .widgets import watch_compiles
-
-    with _views_lock:
-        _views.add(view)
-    watch_compiles(view.live)
-    return view
+    # `white-space: pre`: long lines scroll rather than wrap, even where the page styles `pre` to
+    # wrap
+    formatter = HtmlFormatter(noclasses=True, style=style, prestyles="white-space: pre")
+    return highlight(code, PythonLexer(), formatter)
 
 
 # -- scripts ---------------------------------------------------------------------------
@@ -149,22 +108,20 @@ def call_summaries(
 ) -> tuple[list[ValueSummary], list[ValueSummary]]:
     """The arguments and the outputs of a call; a PrimFunc writes its outputs into its arguments."""
     params = _param_names(live, name)
-    args = [summarize(params[i] if i < len(params) else f"arg {i}", arg)
-            for i, arg in enumerate(record.args)]
+    args = [
+        summarize(params[i] if i < len(params) else f"arg {i}", arg)
+        for i, arg in enumerate(record.args)
+    ]
     if record.error is not None or (record.result is None and live.functions.get(name) == PRIMFUNC):
         return args, []
     result = to_torch(record.result)
     outputs = result if isinstance(result, tuple) else (result,)
     labels = ["out"] if len(outputs) == 1 else [f"out {i}" for i in range(len(outputs))]
-    return args, [summarize(label, out) for label, out in zip(labels, outputs)]
+    return args, [summarize(label, out) for label, out in zip(labels, outputs, strict=False)]
 
 
 def _param_names(live: LiveModule, name: str) -> list[str]:
-    entry = live.entry(name)
-    if entry.kind == PYFUNC:
-        params = list(inspect.signature(entry.pyfunc).parameters)
-        return params[1:] if entry.takes_self else params
-    return [spec.name for spec in specs_of(entry.func)]
+    return list(inspect.signature(live.get_function(name)).parameters)
 
 
 def compiles_during(live: LiveModule, record: CallRecord) -> list[CompileRecord]:
@@ -203,8 +160,11 @@ def results_html(live: LiveModule, name: str, record: CallRecord | None) -> str:
     if record.error is not None:
         error = f'<pre style="{_ERROR}">{escape(_error_text(record.error))}</pre>'
     compiled = ", ".join(escape(c) for c in compiles_during(live, record)) or "nothing"
-    facts = _muted(f"compiled on this call: {compiled}<br>"
-                   f"cache hits (module, so far): {live.stats.cache_hits}", "div")
+    facts = _muted(
+        f"compiled on this call: {compiled}<br>"
+        f"cache hits (module, so far): {live.stats.cache_hits}",
+        "div",
+    )
     return f'<div style="{_PANE}">{head}{table}{error}{facts}</div>'
 
 
@@ -222,8 +182,12 @@ def _value_row(section: str, value: ValueSummary) -> str:
     values = f"<code>{escape(value.values)}</code>"
     if value.stats:
         values += "<br>" + _muted(escape(value.stats))
-    cells = [_muted(section), f"<b>{escape(value.label)}</b>", f"<code>{escape(value.kind)}</code>",
-             values]
+    cells = [
+        _muted(section),
+        f"<b>{escape(value.label)}</b>",
+        f"<code>{escape(value.kind)}</code>",
+        values,
+    ]
     return "<tr>" + "".join(f'<td style="{_CELL}">{c}</td>' for c in cells) + "</tr>"
 
 
@@ -250,15 +214,19 @@ def _muted(html: str, tag: str = "span") -> str:
 
 def function_row_html(script: str, results: str) -> str:
     """Script left, results right: the static twin of a widget's function pane."""
-    return (f'<div style="display:flex;gap:12px;align-items:flex-start;margin:4px 0">'
-            f'<div style="flex:3 1 0;min-width:0;overflow:auto">{script}</div>'
-            f'<div style="flex:2 1 0;min-width:14em">{results}</div></div>')
+    return (
+        f'<div style="display:flex;gap:12px;align-items:flex-start;margin:4px 0">'
+        f'<div style="flex:3 1 0;min-width:0;overflow:auto">{script}</div>'
+        f'<div style="flex:2 1 0;min-width:14em">{results}</div></div>'
+    )
 
 
 def compile_progress_html(compiling: list[tuple[str, tuple[str, ...], float]]) -> str:
     """`[(kind, names, seconds so far)]` of the compiles running now."""
-    parts = [f"{escape(kind)} {escape(', '.join(names))} ({seconds:.1f} s)"
-             for kind, names, seconds in compiling]
+    parts = [
+        f"{escape(kind)} {escape(', '.join(names))} ({seconds:.1f} s)"
+        for kind, names, seconds in compiling
+    ]
     return f'<div style="{_PROGRESS}">⏳ compiling {" · ".join(parts)}…</div>'
 
 
@@ -267,8 +235,10 @@ def cell_text(live: LiveModule, result: UpdateResult) -> str:
     kinds = live.functions
     defined = ", ".join(f"{name} ({kinds.get(name, '?')})" for name in result.defined)
     lines = [f"{result.module}: this cell defines {defined or 'nothing'}"]
-    lines += [f"  {name} replaces the definition from {origin}"
-              for name, origin in result.replaced.items()]
+    lines += [
+        f"  {name} replaces the definition from {origin}"
+        for name, origin in result.replaced.items()
+    ]
     if result.removed:
         lines.append(f"  removed from {result.module}: {', '.join(result.removed)}")
     return "\n".join(lines)
@@ -276,11 +246,14 @@ def cell_text(live: LiveModule, result: UpdateResult) -> str:
 
 def notices_html(live: LiveModule, result: UpdateResult) -> str:
     kinds = live.functions
-    defined = ", ".join(f"<code>{escape(n)}</code> {_badge(kinds.get(n, '?'))}"
-                        for n in result.defined)
+    defined = ", ".join(
+        f"<code>{escape(n)}</code> {_badge(kinds.get(n, '?'))}" for n in result.defined
+    )
     lines = [f"<b>{escape(result.module)}</b>: this cell defines {defined or 'nothing'}"]
-    lines += [f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
-              for n, origin in result.replaced.items()]
+    lines += [
+        f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
+        for n, origin in result.replaced.items()
+    ]
     if result.removed:
         removed = ", ".join(f"<code>{escape(n)}</code>" for n in result.removed)
         lines.append(f"removed from {escape(result.module)}: {removed}")
@@ -290,9 +263,12 @@ def notices_html(live: LiveModule, result: UpdateResult) -> str:
 
 
 def cell_html(live: LiveModule, result: UpdateResult, scripts: dict[str, str]) -> str:
-    rows = [function_row_html(script_html(scripts[name]),
-                              results_html(live, name, live.last_calls.get(name)))
-            for name in result.defined]
+    rows = [
+        function_row_html(
+            script_html(scripts[name]), results_html(live, name, live.last_calls.get(name))
+        )
+        for name in result.defined
+    ]
     return f'<div style="{_VIEW}">{notices_html(live, result)}{"".join(rows)}</div>'
 
 
@@ -333,8 +309,9 @@ def torch_sources(live: LiveModule) -> dict[str, str] | None:
 
 
 def torch_html(sources: dict[str, str]) -> str:
-    return "".join(f"<div><b>{escape(name)}</b></div>{script_html(code)}"
-                   for name, code in sources.items())
+    return "".join(
+        f"<div><b>{escape(name)}</b></div>{script_html(code)}" for name, code in sources.items()
+    )
 
 
 def module_html(live: LiveModule) -> str:
@@ -342,8 +319,9 @@ def module_html(live: LiveModule) -> str:
     script, members = scripts(live)
     sections = []
     for name, kind in live.functions.items():
-        row = function_row_html(script_html(members[name]),
-                                results_html(live, name, live.last_calls.get(name)))
+        row = function_row_html(
+            script_html(members[name]), results_html(live, name, live.last_calls.get(name))
+        )
         sections.append(_details(f"{escape(name)} {_badge(kind)}", row, opened=not sections))
     sections.append(_details("module script", script_html(script)))
     torch_code = torch_sources(live)
@@ -353,7 +331,7 @@ def module_html(live: LiveModule) -> str:
 
 
 def _details(summary: str, body: str, opened: bool = False) -> str:
-    return f'<details{" open" if opened else ""}><summary>{summary}</summary>{body}</details>'
+    return f"<details{' open' if opened else ''}><summary>{summary}</summary>{body}</details>"
 
 
 # -- %tvmmodules -----------------------------------------------------------------------
@@ -376,8 +354,10 @@ class ModuleList:
 
     @staticmethod
     def _line(live: LiveModule) -> str:
-        kinds = ", ".join(f"{len(names)} {kind}" + (f" ({', '.join(names)})" if names else "")
-                          for kind, names in _by_kind(live).items())
+        kinds = ", ".join(
+            f"{len(names)} {kind}" + (f" ({', '.join(names)})" if names else "")
+            for kind, names in _by_kind(live).items()
+        )
         return f"{live.name}: {kinds}; {_state(live)}; target {live.target}"
 
     def _html(self) -> str:
@@ -408,14 +388,18 @@ _VIEW = _FONT + "display:flex;flex-direction:column;gap:6px;"
 _NOTICES = _FONT + "padding:4px 8px;border-left:3px solid #4a7bd0;background:rgba(74,123,208,0.08);"
 _PANE = _FONT + "padding:6px 8px;border:1px solid rgba(128,128,128,0.35);border-radius:4px;"
 # `width:0;min-width:100%`: as wide as its pane, however long its lines (they scroll)
-_CODE = ("font-size:12px;line-height:1.35;border:1px solid rgba(128,128,128,0.35);"
-         "border-radius:4px;overflow:auto;max-height:32em;background:#f8f8f8;padding:4px 8px;"
-         "box-sizing:border-box;width:0;min-width:100%;")
+_CODE = (
+    "font-size:12px;line-height:1.35;border:1px solid rgba(128,128,128,0.35);"
+    "border-radius:4px;overflow:auto;max-height:32em;background:#f8f8f8;padding:4px 8px;"
+    "box-sizing:border-box;width:0;min-width:100%;"
+)
 _MUTED = "opacity:0.75;"
 _TABLE = "border-collapse:collapse;margin:2px 0 4px 0;font-size:inherit;"
 _CELL = "padding:2px 10px 2px 0;text-align:left;vertical-align:top;white-space:nowrap;"
-_ERROR = ("white-space:pre-wrap;color:#b00020;background:rgba(176,0,32,0.06);margin:4px 0;"
-          "padding:4px;font-size:12px;")
+_ERROR = (
+    "white-space:pre-wrap;color:#b00020;background:rgba(176,0,32,0.06);margin:4px 0;"
+    "padding:4px;font-size:12px;"
+)
 _PROGRESS = _FONT + "padding:2px 8px;color:#8a5a00;background:rgba(255,176,0,0.12);"
 _BADGE = "color:white;border-radius:3px;padding:0 5px;font-size:11px;"
 _KIND_COLOURS = {PYFUNC: "#3572a5", PRIMFUNC: "#b0601a", RELAX: "#2e7d32"}

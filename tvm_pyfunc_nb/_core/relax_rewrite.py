@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import tvm
 from tvm import relax
@@ -39,14 +39,20 @@ def py_func_calls(func: relax.Function) -> list[tuple[str, object]]:
 
 def rebind_global_vars(func: relax.Function, canonical: Mapping[str, GlobalVar]) -> relax.Function:
     """`func` with every `GlobalVar` reference replaced by `canonical[name]`."""
-    stale = [gv for gv in referenced_global_vars(func) if not gv.same_as(canonical.get(gv.name_hint, gv))]
+    stale = [
+        gv for gv in referenced_global_vars(func) if not gv.same_as(canonical.get(gv.name_hint, gv))
+    ]
     if not stale:
         return func
     return _GlobalVarRebinder(canonical).visit_expr(func)
 
 
-def rename_py_func_calls(func: relax.Function, new_name: Callable[[str, list, list], str]) -> relax.Function:
-    """`func` with each `R.call_py_func("f", x, ..., out_ty=T)` calling `new_name("f", [T], [type of x, ...])`."""
+def rename_py_func_calls(
+    func: relax.Function, new_name: Callable[[str, list, list], str]
+) -> relax.Function:
+    """`func` with each `R.call_py_func("f", x, ..., out_ty=T)` calling `new_name("f", [T], [type of
+    x, ...])`.
+    """
     if not py_func_calls(func):
         return func
     return _PyFuncCallRenamer(new_name).visit_expr(func)
@@ -72,6 +78,31 @@ class _PyFuncCallRenamer(PyExprMutator):
         call = super().visit_call_(op)
         if not call.op.same_as(_CALL_PY_FUNC):
             return call
-        name = self.new_name(call.args[0].value, list(call.ty_args), [arg.ty for arg in call.args[1:]])
+        name = self.new_name(
+            call.args[0].value, list(call.ty_args), [arg.ty for arg in call.args[1:]]
+        )
         args = [tvm.ir.StringImm(name), *call.args[1:]]
         return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+
+
+def relax_closure(names: Iterable[str], mod: tvm.IRModule) -> set[str]:
+    """`names` and every function of `mod` they reach through GlobalVar references."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        func = mod[name]
+        if isinstance(func, relax.Function):
+            todo += [gv.name_hint for gv in relax.analysis.all_global_vars(func)]
+    return seen
+
+
+def sub_module(mod: tvm.IRModule, names: Iterable[str]) -> tvm.IRModule:
+    """The functions of `mod` named in `names`, as a module with the same attrs."""
+    keep = set(names)
+    return tvm.IRModule(
+        {gv: f for gv, f in mod.functions_items() if gv.name_hint in keep}, attrs=mod.attrs
+    )

@@ -1,0 +1,360 @@
+"""Incremental compilation: PrimFuncs one by one, Relax VMs linked from them, both kept.
+
+Upstream `BasePyModule` compiles the whole module twice on every
+instantiation. Here every PrimFunc is built on its own and kept by structural
+hash (in memory, and on disk through the compile cache), so an edit rebuilds
+only what it changed. A Relax VM is made by TVM's own steps (the Relax
+pipeline, VM codegen, VM link) with the PrimFuncs it needs linked in as
+libraries already built; the last few VMs are kept by structural hash, so
+going back to an earlier version of a cell rebuilds nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.vm_build import _ffi_api as _vm_ffi
+from tvm.relax.vm_build import _vmcodegen
+
+from ..errors import CompileError, TVMModuleError, last_reason
+from .crash_guards import guard_bounds, guard_division, missing_symbols
+
+MAX_KEPT_LIBRARIES = 256
+# Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
+# each).
+MAX_KEPT_VERSIONS = 4
+# Relax VMs kept: the current one and a few earlier versions, so that a revert rebuilds nothing.
+MAX_KEPT_VMS = 4
+AUTO_PIPELINE = "auto"
+TARGET_PIPELINE = "target"
+GPU_KINDS = frozenset({"cuda", "rocm", "metal", "vulkan", "opencl", "webgpu"})
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """One TVM compile: what it built (function names), for which target, and how long it took."""
+
+    kind: str  # "tir": PrimFuncs built; "vm": the Relax VM lowered and linked
+    functions: tuple[str, ...]
+    target: str
+    seconds: float
+    when: float
+
+    def __str__(self) -> str:
+        return f"{self.kind} {', '.join(self.functions)} ({self.seconds * 1000:.1f} ms)"
+
+
+@dataclass
+class CompileStats:
+    """`NAME.stats`: every TVM compile this live module ran, and what a cache served instead.
+
+    `compiles` has one `CompileRecord` per TVM compile; `cache_hits` counts the
+    compiles a cache avoided, and `served` says which functions each cache
+    served, by name: `served["memory"]` (kept in this kernel) and
+    `served["disk"]` (the compile cache shared by kernels), each a `Counter`.
+    """
+
+    compiles: list[CompileRecord] = field(default_factory=list)
+    served: dict[str, Counter] = field(
+        default_factory=lambda: {"memory": Counter(), "disk": Counter()}
+    )
+    uploads: list[tuple[str, int]] = field(
+        default_factory=list
+    )  # (artifact, bytes) sent to a remote
+    seconds: float = 0.0  # total compile time, read by calls to tell their own run time apart
+
+    @property
+    def cache_hits(self) -> int:
+        return sum(sum(counter.values()) for counter in self.served.values())
+
+    def since(self, mark: int) -> list[CompileRecord]:
+        """The compiles after position `mark` (a `len(stats.compiles)` taken earlier)."""
+        return self.compiles[mark:]
+
+    def served_by(self, where: str, name: str) -> None:
+        self.served[where][name] += 1
+
+    def by_function(self) -> dict[str, dict[str, float]]:
+        """Per function: compiles, compile seconds, memory and disk cache hits (for the stats
+        table).
+        """
+        table: dict[str, dict[str, float]] = {}
+
+        def row(name: str) -> dict[str, float]:
+            return table.setdefault(name, {"compiles": 0, "seconds": 0.0, "memory": 0, "disk": 0})
+
+        for record in self.compiles:
+            for name in record.functions:
+                row(name)["compiles"] += 1
+                row(name)["seconds"] += record.seconds / len(record.functions)
+        for where, counter in self.served.items():
+            for name, hits in counter.items():
+                row(name)[where] += hits
+        return table
+
+    def __repr__(self) -> str:
+        return (
+            f"CompileStats({len(self.compiles)} compiles, {self.seconds:.3f} s, "
+            f"{self.cache_hits} cache hits)"
+        )
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The Relax pipeline of a module: its name (part of every cache key) and the pass."""
+
+    name: str
+    make: Callable[[], tvm.transform.Pass]
+
+
+def pipeline_for(name: str | None, target: tvm.target.Target) -> Pipeline:
+    """`auto` (what `tvm.compile` picks for the target), `target`, or a `relax.get_pipeline` name"""
+    name = name or AUTO_PIPELINE
+    is_gpu = "gpu" in target.keys
+    if name == AUTO_PIPELINE:
+        name = TARGET_PIPELINE if is_gpu else "default"
+    if name == TARGET_PIPELINE:
+        try:
+            relax.get_default_pipeline(target)
+        except ValueError as err:
+            raise TVMModuleError(f"pipeline `target`: {last_reason(err)}") from None
+        return Pipeline(
+            f"{TARGET_PIPELINE}:{target.kind.name}", lambda: relax.get_default_pipeline(target)
+        )
+    from tvm.relax.pipeline import PIPELINE_MAP
+
+    if name not in PIPELINE_MAP:
+        known = ", ".join([AUTO_PIPELINE, TARGET_PIPELINE, *sorted(PIPELINE_MAP)])
+        raise TVMModuleError(f"unknown Relax pipeline `{name}` (known: {known})")
+    return Pipeline(name, lambda: relax.get_pipeline(name))
+
+
+class Build:
+    """Builds PrimFuncs and Relax VMs for one target and pipeline, keeping what it built.
+
+    `checked` puts the crash guards (bounds and division asserts) into CPU
+    kernels; `on_compile(kind, names)` is a context manager around each TVM
+    build, which views use to show long compiles.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        device,
+        stats: CompileStats,
+        *,
+        pipeline: str | None = None,
+        persistent=None,
+        checked: bool = True,
+    ):
+        self.target = _target(target)
+        self.target_name = target
+        self.device = device
+        self.stats = stats
+        self.pipeline = pipeline_for(pipeline, self.target)
+        self.checked = checked
+        self.persistent = persistent
+        self.is_gpu = self.target.kind.name in GPU_KINDS
+        # everything that makes two builds of one function differ, beyond the function itself
+        checks = "checked" if checked else "unchecked"
+        self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
+        self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
+        self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, object]]] = OrderedDict()
+        self._versions: dict[
+            str, list[int]
+        ] = {}  # name -> keys of its kept libraries, oldest first
+        self._vms: OrderedDict[int, list[tuple[tvm.IRModule, object]]] = OrderedDict()
+
+    def kept(self) -> dict[str, int]:
+        """How many compiled kernel libraries and Relax VMs are kept in memory."""
+        return {
+            "kernels": sum(len(v) for v in self._libs.values()),
+            "vms": sum(len(v) for v in self._vms.values()),
+        }
+
+    def clear(self) -> None:
+        """Forget every compiled library and VM kept in memory."""
+        self._libs.clear()
+        self._versions.clear()
+        self._vms.clear()
+
+    # -- PrimFuncs -----------------------------------------------------------------
+    def kernel(self, name: str, func: tvm.tirx.PrimFunc, *, use_cache: bool = True):
+        """The compiled library of one PrimFunc (built now unless a cache has it)."""
+        key = tvm_ffi.structural_hash(func)
+        if use_cache:
+            for known, lib in self._libs.get(key, ()):
+                if tvm_ffi.structural_equal(known, func):
+                    self._libs.move_to_end(key)
+                    self._note_version(name, key)
+                    if not isinstance(lib, CompileError):
+                        self.stats.served_by("memory", name)
+                    return _raise_if_failed(lib, name)
+            lib = self.persistent.load(name, func, self.key) if self.persistent else None
+            if lib is not None:
+                self.stats.served_by("disk", name)
+                self._remember(name, key, func, lib)
+                return lib
+        with self._compiling("tir", (name,)):
+            lib = self._build_kernel(name, func)
+        self._remember(name, key, func, lib)
+        if self.persistent and not isinstance(lib, CompileError):
+            self.persistent.store(name, func, self.key, lib)
+        return _raise_if_failed(lib, name)
+
+    def _build_kernel(self, name: str, func: tvm.tirx.PrimFunc):
+        local_cpu = self.target.kind.name == "llvm"
+        missing = missing_symbols(func) if local_cpu else []
+        if missing:  # LLVM's JIT would hand back an address that segfaults when called
+            return CompileError(
+                f"does not compile for target {self.target_name}: calls external symbol(s) "
+                f"{', '.join(missing)}, which this process does not provide",
+                function=name,
+            )
+        if self.is_gpu and not _binds_threads(func):
+            return CompileError(
+                f"has no GPU thread bindings, so it cannot run on target {self.target_name}; "
+                f'schedule it first, e.g. NAME.schedule("{name}", "dlight")',
+                function=name,
+            )
+        start = time.perf_counter()
+        try:
+            if self.checked and local_cpu:
+                func = guard_bounds(guard_division(func, name), name)
+            mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
+            lib = tvm.tirx.build(mod, target=self.target)
+            if local_cpu:
+                lib.get_function(
+                    name
+                )  # JIT now, so the time is counted here and not at the first call
+        except (
+            Exception
+        ) as err:  # TVM raises many error types; each means "this PrimFunc does not compile"
+            return CompileError(
+                f"does not compile for target {self.target_name}: {last_reason(err)}", function=name
+            )
+        finally:
+            self._record("tir", (name,), start)
+        return lib
+
+    def _remember(self, name: str, key: int, func, lib) -> None:
+        self._libs.setdefault(key, []).append((func, lib))
+        self._libs.move_to_end(key)
+        self._note_version(name, key)
+        while len(self._libs) > MAX_KEPT_LIBRARIES:
+            self._libs.popitem(last=False)
+
+    def _note_version(self, name: str, key: int) -> None:
+        """`key` is the latest version of `name`; versions older than the last few are released."""
+        versions = self._versions.setdefault(name, [])
+        if key in versions:
+            versions.remove(key)
+        versions.append(key)
+        while len(versions) > MAX_KEPT_VERSIONS:
+            self._libs.pop(versions.pop(0), None)
+
+    # -- Relax VMs -----------------------------------------------------------------
+    def vm(self, mod: tvm.IRModule, *, use_cache: bool = True):
+        """The Relax VM of `mod` (Relax functions, the PrimFuncs they call), built unless kept."""
+        names = tuple(
+            gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)
+        )
+        key = tvm_ffi.structural_hash(mod)
+        if use_cache:
+            for known, vm in self._vms.get(key, ()):
+                if tvm_ffi.structural_equal(known, mod):
+                    self._vms.move_to_end(key)
+                    for name in names:
+                        self.stats.served_by("memory", name)
+                    return vm
+        vm = self._build_vm(mod, names, use_cache)
+        self._vms.setdefault(key, []).append((mod, vm))
+        self._vms.move_to_end(key)
+        while len(self._vms) > MAX_KEPT_VMS:
+            self._vms.popitem(last=False)
+        return vm
+
+    def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
+        """`mod` after this module's Relax pipeline, for the target."""
+        with self.target:
+            return self.pipeline.make()(mod)
+
+    def _build_vm(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool):
+        start = time.perf_counter()
+        try:
+            with self._compiling("vm", names):
+                lowered = self.lower(mod)
+            builder = relax.ExecBuilder()
+            leftover = _vmcodegen(builder, lowered)
+        except Exception as err:
+            self._record("vm", names, start)
+            raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
+        build_start = time.perf_counter()
+        libs = [
+            self.kernel(gv.name_hint, f, use_cache=use_cache) for gv, f in _prim_funcs(leftover)
+        ]
+        start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
+        attrs = dict(lowered.attrs) if lowered.attrs else {}
+        try:
+            exe = _vm_ffi.VMLink(
+                builder,
+                self.target,
+                None,
+                [*libs, *attrs.get("external_mods", [])],
+                dict(attrs.get("const_name_to_constant", {})),
+            )
+            vm = relax.VirtualMachine(exe, self.device)
+        except Exception as err:
+            raise CompileError(f"Relax VM link failed: {last_reason(err)}") from err
+        finally:
+            self._record("vm", names, start)
+        return vm
+
+    # -- records -------------------------------------------------------------------
+    def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
+        return self.on_compile(kind, names) if self.on_compile else nullcontext()
+
+    def _record(self, kind: str, names: Iterable[str], start: float) -> None:
+        seconds = time.perf_counter() - start
+        self.stats.seconds += seconds
+        self.stats.compiles.append(
+            CompileRecord(kind, tuple(names), self.target_name, seconds, time.time())
+        )
+
+
+def _target(target: str) -> tvm.target.Target:
+    try:
+        return tvm.target.Target(target)
+    except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
+        raise TVMModuleError(f"target `{target}` is not a TVM target: {last_reason(err)}") from None
+
+
+def _prim_funcs(mod: tvm.IRModule):
+    return [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def _binds_threads(func: tvm.tirx.PrimFunc) -> bool:
+    """Whether `func` launches GPU threads (a `thread_extent` attribute or a thread-bound loop)."""
+    found = []
+
+    def visit(node) -> None:
+        launches = isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent"
+        bound = isinstance(node, tvm.tirx.For) and node.kind == tvm.tirx.ForKind.THREAD_BINDING
+        if launches or bound:
+            found.append(node)
+
+    tvm_ffi.structural_walk(func.body, [((tvm.tirx.AttrStmt, tvm.tirx.For), visit)])
+    return bool(found)
+
+
+def _raise_if_failed(lib, name: str):
+    if isinstance(lib, CompileError):
+        raise CompileError(lib.detail, function=name)
+    return lib

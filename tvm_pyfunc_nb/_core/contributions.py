@@ -1,0 +1,165 @@
+"""What a live module is made of: contributions, each a set of functions from one source.
+
+A contribution is what one cell run, one `add`, one `add_python_function` or
+one `schedule` brought. Contributions are kept in the order they last ran;
+for a name that several define, the latest one wins (`owners`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm import relax
+from tvm.ir import GlobalVar
+
+from .cells import PYFUNC, CellFragment, FunctionSource
+from .pyfunc_loader import CellGlobals, load_pyfunc, run_preamble
+from .tvmscript_parse import parse_fragment
+
+_runs = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class FunctionEntry:
+    """One function of the module: what it is now, and where it came from."""
+
+    source: FunctionSource
+    contribution: object  # the key of the contribution that defines it
+    filename: str  # the linecache name of its cell run ("" when it has no cell)
+    gvar: GlobalVar
+    func: Any  # PrimFunc, relax.Function, or the pyfunc's ExternFunc placeholder
+    pyfunc: Callable | None = None
+    takes_self: bool = True
+    run: int = (
+        0  # which run made this definition (unique in the process): views tell versions apart
+    )
+
+    @property
+    def kind(self) -> str:
+        """ "pyfunc", "tir" or "relax"."""
+        return self.source.kind
+
+    @property
+    def name(self) -> str:
+        """The function's name in the module."""
+        return self.source.name
+
+    @property
+    def line(self) -> int | None:
+        """The cell line of its first decorator, if it came from a cell."""
+        return self.source.first_line or None
+
+    def with_func(self, func: Any) -> FunctionEntry:
+        return dataclasses.replace(self, func=func)
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """The functions one cell run (or `add`, `schedule`...) brought, under a key of its own."""
+
+    key: object
+    origin: str  # how notices name it: "cell In[3]", "demo.add(IRModule)"
+    functions: Mapping[str, FunctionEntry]
+    filename: str = ""  # its cell text in linecache ("" when it has none)
+    derived_from: object = None  # a contribution whose next run drops this one (a schedule's cell)
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # module attrs it brings (an import's)
+    global_infos: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_entries(self, entries: Mapping[str, FunctionEntry]) -> Contribution:
+        """This contribution with its functions replaced by `entries`' versions of them."""
+        functions = {
+            name: entries[name]
+            if name in entries and entries[name].contribution == self.key
+            else entry
+            for name, entry in self.functions.items()
+        }
+        return dataclasses.replace(self, functions=functions)
+
+
+def owners(contributions: Iterable[Contribution]) -> dict[str, FunctionEntry]:
+    """Last run wins: each name's entry from the latest contribution that defines it."""
+    found: dict[str, FunctionEntry] = {}
+    for contribution in contributions:
+        found.update(contribution.functions)
+    return found
+
+
+def next_run() -> int:
+    """A number no other run (of a cell, an `add`...) in this process has."""
+    return next(_runs)
+
+
+def pyfunc_entry(
+    source: FunctionSource, key: object, filename: str, func: Callable, run: int = 0
+) -> FunctionEntry:
+    """The entry of a pyfunc: a Python function, an `ExternFunc` placeholder carrying its source."""
+    extern = relax.ExternFunc(source.name)
+    for attr, value in {
+        "is_pyfunc": True,
+        "function_type": "python",
+        "python_function_name": source.name,
+        "python_source": source.source,
+    }.items():
+        extern = extern.with_attr(attr, value)
+    return FunctionEntry(
+        source,
+        key,
+        filename,
+        GlobalVar(source.name),
+        extern,
+        func,
+        takes_self(func),
+        run or next_run(),
+    )
+
+
+def is_pyfunc_extern(func: Any) -> bool:
+    return isinstance(func, relax.ExternFunc) and bool(func.attrs.get("is_pyfunc", False))
+
+
+def takes_self(func: Callable) -> bool:
+    """Whether a pyfunc's first parameter is `self` (upstream's form) or it is a plain function."""
+    try:
+        params = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0] == "self"
+
+
+def from_cell(
+    fragment: CellFragment,
+    *,
+    run: int,
+    filename: str,
+    origin: str,
+    module_name: str,
+    others: Mapping[str, FunctionEntry],
+    namespace: Mapping[str, Any],
+) -> Contribution:
+    """Parse a cell's functions; `others` are the module's functions from other contributions."""
+    cell_globals = CellGlobals(namespace)
+    run_preamble(fragment.preamble, filename, cell_globals)
+    entries: dict[str, FunctionEntry] = {}
+    for source in fragment.functions.values():
+        if source.kind == PYFUNC:
+            func = load_pyfunc(source, filename, cell_globals)
+            entries[source.name] = pyfunc_entry(source, fragment.key, filename, func, run)
+    visible = {name: e.func for name, e in others.items() if name not in fragment.functions}
+    parsed = parse_fragment(
+        fragment,
+        module_name,
+        visible,
+        {**namespace, **cell_globals},
+        {name: e.func for name, e in entries.items()},
+    )
+    for name, (gvar, func) in parsed.items():
+        entries[name] = FunctionEntry(
+            fragment.functions[name], fragment.key, filename, gvar, func, run=run
+        )
+    ordered = {name: entries[name] for name in fragment.functions}
+    return Contribution(fragment.key, origin, ordered, filename)

@@ -1,0 +1,555 @@
+"""`LiveModule`: one IRModule built from many cells, changed in place, compiled lazily.
+
+The facade over the parts that each own one concern:
+
+- `Assembly` (assembly.py): contributions (cells, added modules, schedules)
+  in, one checked IRModule out, transactionally;
+- `Build` (build.py): compiled PrimFunc libraries and Relax VMs, the
+  pipeline, the caches;
+- `CallTable` (calls.py): the fast callables and the latest call of each
+  function;
+- `PyFuncBridge` (trampolines.py): `R.call_py_func` into the current pyfuncs.
+
+The rule that ties them together is `_commit`: when the module changes, the
+call table's handles re-resolve at their next call. The core knows nothing
+about IPython; a front end (front_end.py) is asked for what needs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+
+from ..errors import CallError, CompileError, TVMModuleError
+from . import front_end
+from .assembly import Assembly, ModuleState, Proposal, UpdateResult
+from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
+from .calling import allocate_outputs
+from .calls import CallTable, signature_of, unknown_function
+from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource, split_cell
+from .compiled_module import CompiledPyModule
+from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
+from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
+from .relax_rewrite import relax_closure, sub_module
+from .tensors import to_torch, to_tvm_tensor
+from .trampolines import PyFuncBridge
+
+
+@dataclass(frozen=True)
+class ModuleOptions:
+    """What a live module was made for: `%%tvmmodule` options, fixed for its lifetime."""
+
+    target: str
+    device: str
+    pipeline: str
+    checked: bool
+
+
+class LiveModule:
+    """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
+
+    `%%tvmmodule NAME` cells build one and bind it to `NAME`; without IPython,
+    `LiveModule(name).run_cell(body)` does what such a cell does. Nothing
+    compiles until a call needs it, and then only what changed.
+
+    Calling (torch tensors in and out, zero-copy through DLPack; numpy arrays
+    and tvm tensors are accepted as inputs):
+        NAME.fn(*args)                        call `fn`, whatever its kind; a PrimFunc
+                                              destination-passing style, outputs included
+        NAME.call_tir(fn, args, out_ty)       allocate the outputs `out_ty` describes, run `fn`
+        NAME.call_py_func(name, args)         call pyfunc `name`
+        NAME.add_python_function(name, fn)    add a Python function as a pyfunc at run time
+
+    Looking:
+        NAME.functions        `{name: kind}`, kind "pyfunc", "tir" or "relax"
+        NAME.script()         the whole module as TVMScript that parses back, pyfuncs included
+        NAME.show()           the module's widget: a tab per function, with its latest call
+        NAME.as_torch("fn")   Relax function `fn` as PyTorch source, what it cannot map flagged
+        NAME.ir_mod           the current `tvm.IRModule`
+        NAME.last_calls       the latest call of each function: arguments, result, time
+
+    Compiling:
+        NAME.compile()        compile what changed now rather than at the next call
+        NAME.recompile()      compile everything again, bypassing every cache
+        NAME.module           the compiled module as TVM's own `BasePyModule`
+        NAME.stats            every TVM compile, and what each cache served, by function
+
+    A mistake raises a `TVMModuleError` that names the function and the cell
+    line; a cell or a call that fails leaves the module as it was.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        target: str = "llvm",
+        device: str = "cpu",
+        pipeline: str | None = None,
+        checked: bool = True,
+        namespace: Mapping[str, Any] | None = None,
+        persistent_cache=None,
+    ):
+        self.name = name
+        self.target = target
+        self.device_name = device
+        self.device = _device(device)
+        self.namespace = namespace if namespace is not None else {}
+        self.stats = CompileStats()
+        self._assembly = Assembly(name)
+        self._build = Build(
+            target,
+            self.device,
+            self.stats,
+            pipeline=pipeline,
+            persistent=persistent_cache,
+            checked=checked,
+        )
+        _check_target_runs_on(self._build.target, target, self.device, device)
+        self.options = ModuleOptions(target, device, pipeline or AUTO_PIPELINE, checked)
+        self._calls = CallTable(self, self._resolve, self.stats)
+        self._bridge = PyFuncBridge(self._calls, name)
+        self._compiled_version = -1
+        self._vm_state: tuple[int, Any, dict[str, CompileError]] | None = (
+            None  # (version, vm, failures)
+        )
+        self._closed = False
+        me = weakref.ref(self)
+        self._build.on_compile = lambda kind, names: front_end.current().compiling(
+            me(), kind, names
+        )
+
+    # -- contributions -------------------------------------------------------------
+    def run_cell(
+        self,
+        text: str,
+        *,
+        key: object = None,
+        origin: str | None = None,
+        reset: bool = False,
+        header: str | None = None,
+        eager: bool = False,
+    ) -> UpdateResult:
+        """Apply a cell body: replace what cell `key` contributed before, or change nothing at all.
+
+        `key` identifies the cell (the front end's cell id); without one, a re-run
+        replaces functions by name. `origin` names the cell in notices. With
+        `eager`, the module is compiled before the change is made, and a compile
+        failure leaves the module as it was.
+        """
+        number = next_run()
+        key = key if key is not None else ("run", number)
+        filename = f"<tvmmodule {self.name} cell {number}>"
+        register_cell_text(filename, header or f"%%tvmmodule {self.name}", text)
+        try:
+            fragment = split_cell(text, key)
+            reset = reset or bool(fragment.full_class)
+            others = (
+                {}
+                if reset
+                else owners(c for k, c in self._assembly.state.contributions.items() if k != key)
+            )
+            contribution = from_cell(
+                fragment,
+                run=number,
+                filename=filename,
+                origin=origin or f"cell run {number}",
+                module_name=self.name,
+                others=others,
+                namespace=self.namespace,
+            )
+            return self._apply(self._assembly.propose(contribution, reset=reset), eager=eager)
+        except BaseException:
+            forget_cell_text(filename)  # nothing of this run was committed
+            raise
+
+    def drop_functions(self, key: object) -> list[str]:
+        """Forget what contribution `key` brought (as if it had never run); returns what left."""
+        if key not in self._assembly.state.contributions:
+            return []
+        return self._apply(self._assembly.propose(drop=[key])).removed
+
+    def add_python_function(self, name: str, func: Callable) -> None:
+        """Add a pyfunc at run time: callable from Relax through `R.call_py_func` and shown in
+        `script()`.
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise CallError(f"`{name}` is not a valid function name")
+        if not callable(func):
+            raise CallError(
+                f"add_python_function needs a callable, got {type(func).__name__}", function=name
+            )
+        key = ("add_python_function", name)
+        source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
+        entry = pyfunc_entry(source, key, "", func)
+        contribution = Contribution(key, f"add_python_function({name!r})", {name: entry})
+        self._apply(self._assembly.propose(contribution))
+
+    def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
+        if eager:
+            proposal.result.compiled = self._compile_state(proposal.state, use_cache=True)
+        self._commit(proposal)
+        if eager:
+            self._compiled_version = self._calls.version
+        return proposal.result
+
+    def _commit(self, proposal: Proposal) -> None:
+        """The one rule: the module changed, so every handle re-resolves at its next call."""
+        self._assembly.commit(proposal)
+        self._calls.changed(redefined=proposal.fresh, remaining=proposal.state.entries)
+
+    # -- what is there -------------------------------------------------------------
+    @property
+    def _state(self) -> ModuleState:
+        return self._assembly.state
+
+    @property
+    def ir_mod(self) -> tvm.IRModule:
+        """The current `tvm.IRModule` (pyfuncs as `ExternFunc`s carrying their source)."""
+        return self._state.ir_mod
+
+    @property
+    def functions(self) -> dict[str, str]:
+        """`{name: kind}` for every function, kind one of "pyfunc", "tir", "relax"."""
+        return self._state.functions
+
+    @property
+    def last_calls(self) -> dict:
+        """`{name: CallRecord}`: each function's latest call (arguments, result, own run time)."""
+        return self._calls.records
+
+    def entry(self, name: str) -> FunctionEntry:
+        """What the module knows of function `name`: source, kind, origin, TVM function."""
+        try:
+            return self._state.entries[name]
+        except KeyError:
+            raise unknown_function(self.name, self._state.entries, name) from None
+
+    def origin_of(self, name: str) -> str:
+        """Where function `name` comes from now, as notices say it ("cell In[3]")."""
+        return self._state.contributions[self.entry(name).contribution].origin
+
+    @property
+    def is_stale(self) -> bool:
+        """True when the module changed since its last compile (the next call compiles that)."""
+        return self._compiled_version != self._calls.version
+
+    def __repr__(self) -> str:
+        kinds = self.functions
+        counts = ", ".join(
+            f"{sum(1 for k in kinds.values() if k == kind)} {kind}"
+            for kind in (PYFUNC, PRIMFUNC, RELAX)
+        )
+        state = "stale" if self.is_stale else "compiled"
+        return f"<LiveModule {self.name}: {counts}; {state}; target {self.target}>"
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._state.entries))
+
+    def script(self) -> str:
+        """TVMScript of the whole module, every pyfunc's source included; it parses back."""
+        from .printer import module_script
+
+        return module_script(self.name, self.ir_mod)
+
+    def show(self) -> None:
+        """Display the module's widget: a tab per function (script, latest call), the script."""
+        front_end.current().show(self)
+
+    def as_torch(self, fn: str) -> str:
+        """Relax function `fn` as PyTorch source text (TVM's op mapping); what it cannot map is
+        flagged.
+        """
+        from .torch_source import relax_to_torch_source
+
+        return relax_to_torch_source(fn, self._relax_entry(fn, "as_torch").func)
+
+    def list_functions(self) -> dict[str, list[str]]:
+        """As upstream `BasePyModule.list_functions()`: `{"tir": [...], "relax": [...], "python":
+        [...]}`.
+        """
+        kinds = {PRIMFUNC: "tir", RELAX: "relax", PYFUNC: "python"}
+        listed: dict[str, list[str]] = {"tir": [], "relax": [], "python": []}
+        for name, kind in self.functions.items():
+            listed[kinds[kind]].append(name)
+        return listed
+
+    def get_function(self, name: str) -> Callable:
+        """As upstream `BasePyModule.get_function(name)`: the callable of function `name`."""
+        self.entry(name)
+        return getattr(self, name)
+
+    def _relax_entry(self, fn: str, what: str) -> FunctionEntry:
+        entry = self.entry(fn)
+        if entry.kind != RELAX:
+            raise CallError(
+                f"{what} needs a Relax function, but `{fn}` is a {entry.kind}", function=fn
+            )
+        return entry
+
+    # -- compiling -----------------------------------------------------------------
+    def compile(self) -> list[CompileRecord]:
+        """Compile what changed since the last compile (what a call would do lazily)."""
+        return self._compile_state(self._state, use_cache=True, commit=True)
+
+    def recompile(self) -> list[CompileRecord]:
+        """Compile everything again, bypassing every cache."""
+        self._build.clear()
+        self._vm_state = None
+        self._calls.changed()
+        return self._compile_state(self._state, use_cache=False, commit=True)
+
+    def _compile_state(self, state: ModuleState, *, use_cache: bool, commit: bool = False):
+        """Build every PrimFunc and the VM of `state`; the first failure raises after all were
+        tried.
+        """
+        mark = len(self.stats.compiles)
+        errors = []
+        for entry in state.entries.values():
+            if entry.kind == PRIMFUNC:
+                try:
+                    self._kernel(entry, use_cache=use_cache)
+                except CompileError as err:
+                    errors.append(err)
+        if any(e.kind == RELAX for e in state.entries.values()):
+            _, failures = self._vm_of(state, use_cache=use_cache)
+            errors += failures.values()
+        if commit:
+            self._compiled_version = self._calls.version
+        if errors:
+            raise errors[0]
+        return self.stats.since(mark)
+
+    @property
+    def module(self) -> CompiledPyModule:
+        """The current compiled module as TVM's own `BasePyModule`, compiling first if stale."""
+        self.compile()
+        state = self._state
+        tir = {n: self._kernel(e)[n] for n, e in state.entries.items() if e.kind == PRIMFUNC}
+        vm = self._vm_of(state)[0]
+        pyfuncs = {n: e.pyfunc for n, e in state.entries.items() if e.kind == PYFUNC}
+        return CompiledPyModule(state.ir_mod, self.device, self._build.target, tir, vm, pyfuncs)
+
+    def _kernel(self, entry: FunctionEntry, use_cache: bool = True):
+        try:
+            return self._build.kernel(entry.name, entry.func, use_cache=use_cache)
+        except CompileError as err:
+            raise CompileError(err.detail, function=entry.name, line=entry.line) from None
+
+    def _vm_of(self, state: ModuleState, use_cache: bool = True):
+        """The Relax VM of `state` and the Relax functions that failed to compile (kept per
+        version).
+        """
+        if state is self._state and self._vm_state and self._vm_state[0] == self._calls.version:
+            return self._vm_state[1], self._vm_state[2]
+        relax_names = [n for n, e in state.entries.items() if e.kind == RELAX]
+        try:
+            vm, failures = (
+                self._build.vm(self._vm_module(state, relax_names), use_cache=use_cache),
+                {},
+            )
+        except CompileError:
+            vm, failures = self._vm_isolating(state, relax_names, use_cache)
+        if state is self._state:
+            self._vm_state = (self._calls.version, vm, failures)
+        return vm, failures
+
+    def _vm_isolating(self, state: ModuleState, relax_names: list[str], use_cache: bool):
+        """One Relax function failed to compile: find which, and build the VM from the others."""
+        failures: dict[str, CompileError] = {}
+        entries = state.entries
+        for name in relax_names:
+            try:
+                self._build.vm(self._vm_module(state, [name]), use_cache=use_cache)
+            except (
+                CompileError
+            ) as err:  # `name` itself, or a PrimFunc it calls (then that one is to blame)
+                culprit = err.function if err.function in entries else name
+                detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
+                failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
+        good = [n for n in relax_names if n not in failures]
+        good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
+        for name in set(relax_names) - set(good) - set(failures):
+            culprit = sorted(relax_closure([name], state.ir_mod) & set(failures))[0]
+            failures[name] = CompileError(
+                f"calls `{culprit}`, which does not compile: {failures[culprit].detail}",
+                function=name,
+            )
+        vm = self._build.vm(self._vm_module(state, good), use_cache=use_cache) if good else None
+        return vm, failures
+
+    def _vm_module(self, state: ModuleState, relax_names) -> tvm.IRModule:
+        """What a VM is built of: Relax functions, the PrimFuncs they call, pyfunc calls bridged."""
+        names = relax_closure(relax_names, state.ir_mod)
+        kept = [n for n in names if state.entries[n].kind != PYFUNC]
+        return self._bridge.vm_module(sub_module(state.ir_mod, kept))
+
+    # -- calling -------------------------------------------------------------------
+    def __getattr__(self, name: str):
+        """`NAME.fn`: a callable for function `fn`, compiled at its first call; `CallError` if there
+        is none.
+        """
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _LazyCallable(self, self.entry(name))
+
+    def _resolve(self, name: str) -> Callable:
+        """Compile what `name` needs and make its fast callable (the call table keeps it until a
+        change).
+        """
+        if self._closed:
+            raise CallError(
+                f"module `{self.name}` was dropped; run its cells again to rebuild it",
+                function=name,
+            )
+        entry = self.entry(name)
+        if entry.kind == PYFUNC:
+            return self._calls.pyfunc_callable(entry, self)
+        mark = len(self.stats.compiles)
+        if entry.kind == PRIMFUNC:
+            function, writes_args = self._kernel(entry)[name], True
+        else:
+            vm, failures = self._vm_of(self._state)
+            self._compiled_version = self._calls.version
+            if name in failures:
+                raise failures[name]
+            function, writes_args = vm[name], False
+        compiled = tuple(self.stats.since(mark))
+        return self._calls.compiled_callable(
+            entry, function, compiled, device=self.device, writes_args=writes_args
+        )
+
+    def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
+        """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function).
+
+        `out_sinfo=` is accepted as the spelling of TVM before 0.27.
+        """
+        name = _function_name(tir_func)
+        entry = self.entry(name)
+        if entry.kind != PRIMFUNC:
+            raise CallError(
+                f"call_tir needs a PrimFunc, but `{name}` is a {entry.kind}", function=name
+            )
+        out_ty = _out_ty(out_ty, out_sinfo, "call_tir", name)
+        args = list(args) if isinstance(args, (list, tuple)) else [args]
+        outputs = allocate_outputs(entry.func, name, args, out_ty)
+        self._calls.handle(name)(*args, *outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def call_py_func(self, name: str, args):
+        """Call pyfunc `name` with `args` (a list or tuple), `self` being this live module."""
+        entry = self.entry(name)
+        if entry.kind != PYFUNC:
+            raise CallError(
+                f"call_py_func needs a pyfunc, but `{name}` is a {entry.kind}", function=name
+            )
+        return self._calls.handle(name)(*(args if isinstance(args, (list, tuple)) else [args]))
+
+    @staticmethod
+    def _convert_pytorch_to_tvm(tensors):
+        """As upstream `BasePyModule`: torch tensors (one, or a list) as TVM tensors, through
+        DLPack.
+        """
+        return to_tvm_tensor(tensors)
+
+    @staticmethod
+    def _convert_tvm_to_pytorch(tensors):
+        """As upstream `BasePyModule`: TVM tensors (one, or a list) as torch tensors, through
+        DLPack.
+        """
+        converted = to_torch(tensors)
+        return list(converted) if isinstance(tensors, list) else converted
+
+    # -- lifetime ------------------------------------------------------------------
+    @property
+    def kept(self) -> dict[str, int]:
+        """What this module holds on to: compiled kernel versions, Relax VMs, `R.call_py_func`
+        names.
+        """
+        return {**self._build.kept(), "registered_pyfunc_sites": len(self._bridge.names)}
+
+    def close(self) -> None:
+        """Release compiled code and this module's `R.call_py_func` registry entries."""
+        self._bridge.close()
+        self._vm_state = None
+        self._build.clear()
+        self._closed = True
+        self._calls.changed()  # callables handed out earlier see the change and ask again
+
+    def __del__(self):
+        # at interpreter shutdown this may fail: the registry is cleared at exit anyway
+        with contextlib.suppress(Exception):
+            self._bridge.close()
+
+
+class _LazyCallable:
+    """`NAME.fn` before `fn` is compiled: compiles on the first call, then hands over to the fast
+    path.
+    """
+
+    def __init__(self, live: LiveModule, entry: FunctionEntry):
+        self._live, self.__name__ = live, entry.name
+        self.__signature__ = signature_of(entry)
+        self.__doc__ = _doc_of(entry)
+
+    def __call__(self, *args, **kwargs):
+        return self._live._calls.handle(self.__name__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        entry = self._live.entry(self.__name__)
+        return f"<{entry.kind} {self._live.name}.{self.__name__}>"
+
+
+def _doc_of(entry: FunctionEntry) -> str | None:
+    return inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
+
+
+def _out_ty(out_ty, out_sinfo, what: str, name: str):
+    if out_ty is not None and out_sinfo is not None:
+        raise CallError(
+            f"{what}: give out_ty or out_sinfo (its older name), not both", function=name
+        )
+    if out_ty is None and out_sinfo is None:
+        raise CallError(
+            f"{what}: out_ty is missing (the outputs' R.Tensor(shape, dtype))", function=name
+        )
+    return out_ty if out_ty is not None else out_sinfo
+
+
+def _function_name(func) -> str:
+    if isinstance(func, str):
+        return func
+    for attr in ("name_hint", "__name__", "name"):
+        value = getattr(func, attr, None)
+        if isinstance(value, str):
+            return value
+    raise CallError(f"expected a function name or a function, got {type(func).__name__}")
+
+
+def _device(device: str):
+    """`cpu`, `cpu:0`, `cuda:1`... as a TVM device, or a `TVMModuleError` saying what is wrong."""
+    kind, _, index = device.partition(":")
+    if not (index or "0").isdigit() or int(index or 0) >= 2**31:
+        raise TVMModuleError(
+            f"device `{device}`: the index after `:` must be a small non-negative number"
+        )
+    try:
+        return tvm.runtime.device(kind, int(index or 0))
+    except ValueError as err:
+        raise TVMModuleError(f"device `{device}`: {err} (e.g. cpu, cpu:0, cuda:0)") from None
+
+
+def _check_target_runs_on(
+    target: tvm.target.Target, target_name: str, device, device_name: str
+) -> None:
+    runs_on = tvm.runtime.device(target.get_target_device_type(), 0)
+    if runs_on.dlpack_device_type() != device.dlpack_device_type():
+        raise TVMModuleError(
+            f"target `{target_name}` runs on {runs_on.type} devices, not on `{device_name}`; "
+            f"choose a {runs_on.type} device"
+        )

@@ -1,0 +1,1 @@
+"""The views: pure rendering (`render`), ipywidgets (`widgets`), the view registry. Internal."""
