@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
 PORT   ?= 8888
 
-.PHONY: install lab run-notebooks notebooks test test-unit test-notebooks test-browser bench browser-deps clean
+.PHONY: install lab run-notebooks notebooks lint test bench browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,13 @@ browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-## Every test: unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser
-test: install browser-deps
+## ruff's lint and format checks over the package, tests and benchmarks
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## Every test: lint, unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser
+test: lint browser-deps
 	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 bench: install

@@ -1,4 +1,4 @@
-"""Edit → result ready, in a real IPython shell: re-run the edited cell and call, against upstream's loop
+"""Edit → result ready in a real IPython shell: re-run the edited cell and call, against upstream's
 (re-run the whole `@I.ir_module` class cell, re-instantiate, call).
 
 Modules of several sizes live side by side in one shell and their edits are
@@ -109,4 +109,8 @@ def measure(sizes: list[int], repeats: int, upstream_repeats: dict[int, int]) ->
 if __name__ == "__main__":
     sizes = [int(n) for n in sys.argv[1].split(",")]
     upstream_repeats = [int(n) for n in sys.argv[3].split(",")]
-    print(json.dumps(measure(sizes, int(sys.argv[2]), dict(zip(sizes, upstream_repeats)))))
+    print(
+        json.dumps(
+            measure(sizes, int(sys.argv[2]), dict(zip(sizes, upstream_repeats, strict=True)))
+        )
+    )

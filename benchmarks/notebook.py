@@ -35,7 +35,8 @@ for k in range({n}):  # try every kernel once, as exploring does
 """
 STATS = f"""\
 import json
-print(json.dumps({{"tir": sum(c.kind == "tir" for c in {MODULE}.stats.compiles), "hits": {MODULE}.stats.cache_hits}}))
+tir = sum(c.kind == "tir" for c in {MODULE}.stats.compiles)
+print(json.dumps({{"tir": tir, "hits": {MODULE}.stats.cache_hits}}))
 """
 
 

@@ -1,4 +1,4 @@
-"""`make bench`: our live modules against upstream `BasePyModule`, measured in the same run on the same inputs.
+"""`make bench`: live modules against upstream `BasePyModule`, in one run, on the same inputs.
 
 Each section runs in its own Python process (a clean interpreter, and
 upstream's habit of clearing the `R.call_py_func` registry cannot reach the
@@ -29,29 +29,7 @@ CALL_NUMBER, CALL_ROUNDS = 2000, 41
 NOTEBOOK_REPEATS = 3
 COST_FUNCTIONS = 8
 
-METHOD = """## How these are measured
-
-- **Edit → result ready**: the module is built from `%%tvmmodule bench --quiet` cells in a real IPython
-  shell (one cell per PrimFunc, one for the Relax functions, one per pyfunc) and called once. Each timed
-  edit re-runs one edited cell (a new constant every time, so no cache can serve it) and calls the function
-  that needs it: `bench.main(x, y)` after a PrimFunc edit (the edit reaches the Relax VM),
-  `bench.py_tir(x, y)` after a pyfunc edit. Upstream's loop for the same edit: re-run the cell holding the
-  whole `@I.ir_module class Bench(BasePyModule)` (TVMScript parses every function), `Bench(tvm.cpu())`
-  (compiles everything), then the same call. The persistent compile cache is on for ours; its background
-  exports are waited for between timed edits (untimed), as a person reads a result before editing again.
-  Median of 9 edits for ours, 5 (3 at 80 PrimFuncs) for upstream.
-- **Call paths**: per-call time on 5-element float32 tensors, median of 41 rounds of 2000 calls, ours and
-  upstream interleaved in every round. Upstream's pyfuncs are registered for `R.call_py_func` the way its
-  `BasePyModule` does it (`ir_mod.pyfuncs`). "Floor" is the VM function fetched once and called with TVM
-  tensors converted beforehand; "VM + bare callback" is our VM calling a `lambda t: t` registered with
-  torch-tensor arguments, the least any Relax → Python call can cost.
-- **Fresh kernel**: a generated notebook (`%load_ext`, the same 20-PrimFunc module in cells, calls of its
-  Relax functions, pyfuncs and every PrimFunc, a stats cell) run by `nbclient` in a new kernel each time;
-  cold = an empty cache directory, warm = the directory a previous run filled. Upstream's twin defines the
-  module as one class, instantiates it and makes the same calls. Wall time is kernel start to shutdown; "cells alone" is first cell to last reply.
-  Median of 3 runs each. A cold run therefore compiles every PrimFunc.
-- Everything runs on one shared machine; the ratios (both sides measured in the same run) travel better
-  than the absolute times."""
+METHOD = (HERE / "METHOD.md").read_text()
 
 
 def section(script: str, *args: object) -> dict:
@@ -94,10 +72,12 @@ def machine() -> list[str]:
         else ""
     )
     return [
-        f"machine: {platform.machine()}, {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}",
+        f"machine: {platform.machine()}, {cpu}, {os.cpu_count()} cores, "
+        f"{platform.system()} {platform.release()}",
         f"load average at start: {', '.join(f'{v:.2f}' for v in os.getloadavg())}",
-        f"Python {platform.python_version()}, apache-tvm {tvm.__version__}, torch {torch.__version__}, "
-        f"IPython {IPython.__version__}, tvm_pyfunc_nb {tvm_pyfunc_nb.__version__}",
+        f"Python {platform.python_version()}, apache-tvm {tvm.__version__}, "
+        f"torch {torch.__version__}, IPython {IPython.__version__}, "
+        f"tvm_pyfunc_nb {tvm_pyfunc_nb.__version__}",
     ]
 
 
@@ -184,7 +164,8 @@ def call_rows(calls: dict) -> list[Row]:
             calls["upstream call_py_func scale"],
             "≥ 3×",
             calls["upstream call_py_func scale"] / calls["ours call_py_func scale"] >= 3,
-            f"floor: VM + bare callback {_time(callback)} + `x * 10` alone {_time(calls['torch x * 10'])}",
+            f"floor: VM + bare callback {_time(callback)} "
+            f"+ `x * 10` alone {_time(calls['torch x * 10'])}",
         ),
         Row(
             "calls",
@@ -217,7 +198,8 @@ def notebook_rows(nb: dict) -> list[Row]:
             "compiles nothing",
             warm["stats"]["tir"] == 0,
             f"cells alone: ours {_time(warm['cells'])}; {warm['stats']['tir']} PrimFunc compiles, "
-            f"{warm['stats']['hits']} cache hits; warm is {cold['wall'] / warm['wall']:.2f}× faster than cold",
+            f"{warm['stats']['hits']} cache hits; "
+            f"warm is {cold['wall'] / warm['wall']:.2f}× faster than cold",
         ),
     ]
 
@@ -247,11 +229,11 @@ def table(rows: list[Row]) -> list[str]:
 def cost_lines(costs: dict) -> list[str]:
     return [
         f"- compiling one small PrimFunc: {_time(costs['build'])}",
-        f"- exporting it to the cache (`export_library`: LLVM object code + the C compiler's link), on the "
-        f"background thread: {_time(costs['export'])}; the compiling call itself only pays "
-        f"{_time(costs['store_call'])} to hand it over",
-        f"- loading it back, verified (record checksum, TVMScript comparison, library SHA-256, private copy, "
-        f"`load_module`): {_time(costs['load'])}",
+        "- exporting it to the cache (`export_library`: LLVM object code + the C compiler's "
+        f"link), on the background thread: {_time(costs['export'])}; "
+        f"the compiling call itself only pays {_time(costs['store_call'])} to hand it over",
+        "- loading it back, verified (record checksum, TVMScript comparison, library SHA-256, "
+        f"private copy, `load_module`): {_time(costs['load'])}",
     ]
 
 
@@ -277,8 +259,8 @@ def main() -> None:
     }
     body = []
     for key, title in titles.items():
-        body += ["", f"## {title}", ""] + table([r for r in rows if r.table == key])
-    body += ["", "## Compile cache, per PrimFunc", ""] + cost_lines(costs)
+        body += ["", f"## {title}", "", *table([r for r in rows if r.table == key])]
+    body += ["", "## Compile cache, per PrimFunc", "", *cost_lines(costs)]
     elapsed = time.perf_counter() - started
     text = "\n".join(
         [

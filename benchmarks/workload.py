@@ -1,4 +1,4 @@
-"""The benchmark module, written twice: as `%%tvmmodule` cells (ours) and as one `@I.ir_module` class (upstream).
+"""The benchmark module written twice: `%%tvmmodule` cells (ours), one `@I.ir_module` (upstream).
 
 N PrimFuncs `k0..k{N-1}` (`C = A + B + k`), two Relax functions that call
 PrimFuncs and TVM ops, and two pyfuncs: one calling a PrimFunc through

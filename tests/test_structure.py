@@ -1,4 +1,4 @@
-"""The package's shape: no import cycles, a core free of IPython and of the views, no shadowed names.
+"""The package's shape: no import cycles, a core free of IPython and views, no shadowed names.
 
 Read from the source (every `import` statement, those inside functions too),
 so a lazy import cannot hide a dependency.
