@@ -184,7 +184,8 @@ def test_a_failing_cell_leaves_the_module_exactly_as_it_was(shell):
         cell_id="a",
         expect_error=TVMScriptError,
     )
-    assert err.function == "main_relax" and err.line == 5  # %%tvmmodule is line 1, the blank line 2
+    # %%tvmmodule is line 1, the blank line 2, the call line 7
+    assert err.function == "main_relax" and err.line == 7
     err = shell.cell("demo", "x = 1\n", cell_id="a", expect_error=CellSyntaxError)
     assert err.line == 2
     err = shell.cell("demo", "@I.pyfunc\ndef f(self:\n", cell_id="a", expect_error=CellSyntaxError)

@@ -49,6 +49,10 @@ class UnknownFunctionError(CallError, AttributeError):
     """`NAME.fn` (or a call by name) where the module has no function `fn`."""
 
 
+class ModelImportError(TVMModuleError):
+    """A model could not be brought in: `torch.export` or TVM's importer refused it."""
+
+
 class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 

@@ -11,6 +11,7 @@ going back to an earlier version of a cell rebuilds nothing.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -33,6 +34,7 @@ MAX_KEPT_VERSIONS = 4
 # Relax VMs kept: the current one and a few earlier versions, so that a revert rebuilds nothing.
 MAX_KEPT_VMS = 4
 AUTO_PIPELINE = "auto"
+COMPLETE_PIPELINES = frozenset({"default", "default_build"})  # the others are followed by "default"
 TARGET_PIPELINE = "target"
 GPU_KINDS = frozenset({"cuda", "rocm", "metal", "vulkan", "opencl", "webgpu"})
 
@@ -128,12 +130,30 @@ def pipeline_for(name: str | None, target: tvm.target.Target) -> Pipeline:
         return Pipeline(
             f"{TARGET_PIPELINE}:{target.kind.name}", lambda: relax.get_default_pipeline(target)
         )
+    known = _named_pipelines()
+    if name not in known:
+        names = ", ".join([AUTO_PIPELINE, TARGET_PIPELINE, *sorted(known)])
+        raise TVMModuleError(f"unknown Relax pipeline `{name}` (known: {names})")
+    if name in COMPLETE_PIPELINES:
+        return Pipeline(name, lambda: relax.get_pipeline(name))
+    # `zero` and other partial pipelines legalize and fuse; `default` lowers the rest for the VM
+    return Pipeline(
+        name,
+        lambda: tvm.transform.Sequential([relax.get_pipeline(name), relax.get_pipeline("default")]),
+    )
+
+
+def _named_pipelines() -> list[str]:
+    """`relax.get_pipeline` names that need no arguments (`static_shape_tuning` needs a tuner's)."""
     from tvm.relax.pipeline import PIPELINE_MAP
 
-    if name not in PIPELINE_MAP:
-        known = ", ".join([AUTO_PIPELINE, TARGET_PIPELINE, *sorted(PIPELINE_MAP)])
-        raise TVMModuleError(f"unknown Relax pipeline `{name}` (known: {known})")
-    return Pipeline(name, lambda: relax.get_pipeline(name))
+    def ready(make) -> bool:
+        params = inspect.signature(make).parameters.values()
+        return all(
+            p.default is not inspect.Parameter.empty or p.kind == p.VAR_KEYWORD for p in params
+        )
+
+    return [name for name, make in PIPELINE_MAP.items() if ready(make)]
 
 
 class Build:

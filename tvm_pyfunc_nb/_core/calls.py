@@ -188,13 +188,10 @@ class CallTable:
                 if was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
                     # not `call`: a closure naming itself is a cycle that keeps the VM alive
                     return table.handle(name)(*args)
-                error = take_pending_error() or explain_bad_call(name, specs, args, err, device)
-                if not isinstance(error, TVMModuleError):
-                    error = pyfunc_error(getattr(error, "function", name), None, error)
+                error = refused(name, specs, args, err, device)
                 table.record(name, args, None, start, stats.seconds, (), error)
-                raise error from (
-                    error.__cause__ or err
-                )  # a pyfunc's error keeps its own traceback
+                # a pyfunc's error keeps its own traceback
+                raise error from (error.__cause__ or err)
             end = perf_counter()
             records[name] = CallRecord(args, out, end - start, end, compiled)
             compiled = ()
@@ -203,6 +200,24 @@ class CallTable:
         _describe(call, entry)
         call.release = holder.clear
         return call
+
+    @staticmethod
+    def run_compiled(entry: FunctionEntry, function, args: tuple, *, device) -> Any:
+        """Call a compiled function once, outside the table (nothing recorded): torch in and out."""
+        try:
+            out = function(*to_tvm_args(args))
+        except Exception as err:
+            error = refused(entry.name, specs_of(entry.func), args, err, device)
+            raise error from (error.__cause__ or err)
+        return to_torch(out)
+
+
+def refused(name: str, specs, args: tuple, err: Exception, device) -> TVMModuleError:
+    """The package's error for a compiled call TVM refused (or a pyfunc it called that raised)."""
+    error = take_pending_error() or explain_bad_call(name, specs, args, err, device)
+    if not isinstance(error, TVMModuleError):
+        error = pyfunc_error(getattr(error, "function", name), None, error)
+    return error
 
 
 def _describe(call: Callable, entry: FunctionEntry) -> None:

@@ -140,8 +140,10 @@ def from_cell(
     module_name: str,
     others: Mapping[str, FunctionEntry],
     namespace: Mapping[str, Any],
+    consts: object = None,
 ) -> Contribution:
-    """Parse a cell's functions; `others` are the module's functions from other contributions."""
+    """Parse a cell's functions; `others` are the module's functions from other contributions,
+    `consts` its constant table (edit text names weights `NAME.consts.<name>`)."""
     cell_globals = CellGlobals(namespace)
     run_preamble(fragment.preamble, filename, cell_globals)
     entries: dict[str, FunctionEntry] = {}
@@ -156,6 +158,7 @@ def from_cell(
         visible,
         {**namespace, **cell_globals},
         {name: e.func for name, e in entries.items()},
+        consts,
     )
     for name, (gvar, func) in parsed.items():
         entries[name] = FunctionEntry(

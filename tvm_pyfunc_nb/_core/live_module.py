@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import tvm
 
 from ..errors import CallError, CompileError, TVMModuleError
@@ -33,11 +34,15 @@ from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
 from .calling import allocate_outputs
 from .calls import CallTable, signature_of, unknown_function
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource, split_cell
+from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
+from .editing import ConstantTable, function_text, tensor_constants
+from .importing import TorchOrigin, added_contribution, import_torch
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
 from .relax_rewrite import relax_closure, sub_module
 from .tensors import to_torch, to_tvm_tensor
+from .tracing import Trace, tapped, traced_values
 from .trampolines import PyFuncBridge
 
 
@@ -115,6 +120,8 @@ class LiveModule:
         self._calls = CallTable(self, self._resolve, self.stats)
         self._bridge = PyFuncBridge(self._calls, name)
         self._compiled_version = -1
+        self._torch_origins: dict[str, TorchOrigin] = {}
+        self.consts = ConstantTable()
         self._vm_state: tuple[int, Any, dict[str, CompileError]] | None = (
             None  # (version, vm, failures)
         )
@@ -162,6 +169,7 @@ class LiveModule:
                 module_name=self.name,
                 others=others,
                 namespace=self.namespace,
+                consts=self.consts,
             )
             return self._apply(self._assembly.propose(contribution, reset=reset), eager=eager)
         except BaseException:
@@ -189,6 +197,41 @@ class LiveModule:
         entry = pyfunc_entry(source, key, "", func)
         contribution = Contribution(key, f"add_python_function({name!r})", {name: entry})
         self._apply(self._assembly.propose(contribution))
+
+    def add(self, obj, *, name: str | None = None) -> UpdateResult:
+        """Add what `obj` holds as one contribution: an IRModule (every function, its constants and
+        attributes), a PrimFunc, a Relax Function (`name=` if it has no global symbol), a Python
+        callable (as a pyfunc), or a list of them. Adding the same names again replaces it; a cell
+        that defines one of them later takes it over.
+        """
+        contribution = added_contribution(
+            obj,
+            name=name,
+            module_name=self.name,
+            namespace=self.namespace,
+            origin=f"{self.name}.add({_what(obj)})",
+        )
+        return self._apply(self._assembly.propose(contribution))
+
+    def add_torch(
+        self, model, example_args, *, name: str = "main", dynamic_shapes=None
+    ) -> UpdateResult:
+        """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights as constants.
+
+        Through `torch.export` and TVM's `from_exported_program`; the exported
+        graph is kept, so that `compare(name, model, ...)` goes op by op.
+        """
+        func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
+        contribution = added_contribution(
+            func,
+            name=name,
+            module_name=self.name,
+            namespace=self.namespace,
+            origin=f"{self.name}.add_torch({type(model).__name__})",
+        )
+        result = self._apply(self._assembly.propose(contribution))
+        self._torch_origins[name] = origin
+        return result
 
     def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
         if eager:
@@ -283,6 +326,81 @@ class LiveModule:
         """As upstream `BasePyModule.get_function(name)`: the callable of function `name`."""
         self.entry(name)
         return getattr(self, name)
+
+    # -- looking inside ----------------------------------------------------------------
+    def edit_text(self, fn: str) -> str:
+        """The cell that defines `fn` as it is now: `%%tvmmodule NAME` and its TVMScript (a
+        pyfunc's source), weights named `NAME.consts.<name>`. Running it makes the cell the owner.
+        """
+        entry = self.entry(fn)
+        if entry.kind == PYFUNC:
+            text = entry.source.source
+        else:
+            self.consts.keep_only(
+                c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
+            )
+            preferred = {
+                c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()
+            }
+            text = function_text(self.name, self.ir_mod, fn, self.consts, preferred)
+        return f"%%tvmmodule {self.name}\n{text}"
+
+    def edit(self, fn: str) -> str | None:
+        """Put `fn`'s cell (`edit_text`) in a new cell below, as `%load` does; run it to make it
+        `fn`'s owner. Outside a notebook the text is returned instead.
+        """
+        text = self.edit_text(fn)
+        return None if front_end.current().next_input(text) else text
+
+    def trace(self, fn: str, *args) -> Trace:
+        """Run Relax function `fn` once and return every intermediate by binding name (in order),
+        each a `torch.Tensor`; shown as a table of binding, op, shape, dtype, min/max/mean."""
+        entry = self._relax_entry(fn, "trace")
+        copy, taps = tapped(entry.func)
+        state = self._state
+        names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
+        mod = sub_module(state.ir_mod, names)
+        mod = tvm.IRModule(
+            {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
+            attrs=mod.attrs,
+        )
+        vm = self._build.vm(self._bridge.vm_module(mod))
+        output, values = self._calls.run_compiled(entry, vm[fn], args, device=self.device)
+        return Trace(fn, traced_values(taps, values), output)
+
+    def compare(
+        self, fn: str, reference, *args, rtol: float = 1e-5, atol: float = 1e-6
+    ) -> Comparison:
+        """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's largest
+        absolute and relative error, pass/fail; op by op when `fn` came from `add_torch(reference)`,
+        naming the first binding that diverges and the PyTorch op behind it."""
+        origin = self._torch_origins.get(fn)
+        with torch.no_grad():
+            expected = reference(*args)
+        if origin is None or origin.model is not reference or self.entry(fn).kind != RELAX:
+            actual = self.get_function(fn)(*args)
+            why = (
+                ""
+                if origin is None
+                else f"op by op needs the model `{fn}` was imported from with add_torch"
+            )
+            return Comparison(
+                self.name,
+                fn,
+                rtol,
+                atol,
+                output_differences(actual, expected, rtol, atol),
+                why_not_op_by_op=why,
+            )
+        trace = self.trace(fn, *args)
+        return Comparison(
+            self.name,
+            fn,
+            rtol,
+            atol,
+            output_differences(trace.output, expected, rtol, atol),
+            op_checks(trace, origin, args, rtol, atol),
+        )
 
     def _relax_entry(self, fn: str, what: str) -> FunctionEntry:
         entry = self.entry(fn)
@@ -503,6 +621,12 @@ class _LazyCallable:
     def __repr__(self) -> str:
         entry = self._live.entry(self.__name__)
         return f"<{entry.kind} {self._live.name}.{self.__name__}>"
+
+
+def _what(obj) -> str:
+    if isinstance(obj, (list, tuple)):
+        return f"{len(obj)} functions"
+    return type(obj).__name__
 
 
 def _doc_of(entry: FunctionEntry) -> str | None:

@@ -29,10 +29,12 @@ _LOCATION = re.compile(r"-->\s.*:(\d+):\d+")
 
 
 class ModuleProxy:
-    """What `cls = NAME` evaluates to during a parse: the functions of the module being built."""
+    """What `NAME` evaluates to during a parse: the functions of the module being built
+    (`cls = NAME` then `cls.f`), and its constant table (`NAME.consts.w`, as edit text writes)."""
 
-    def __init__(self, module_name: str):
+    def __init__(self, module_name: str, consts: object):
         self._module_name = module_name
+        self.consts = consts
 
     def __getattr__(self, name: str) -> GlobalVar:
         if not name.startswith("__"):
@@ -48,6 +50,7 @@ def parse_fragment(
     others: Mapping[str, BaseFunc],
     namespace: Mapping[str, object],
     pyfunc_stubs: Mapping[str, BaseFunc],
+    consts: object = None,
 ) -> dict[str, tuple[GlobalVar, BaseFunc]]:
     """Parse the cell's TIR/Relax functions; returns `{name: (global_var, function)}`.
 
@@ -63,7 +66,7 @@ def parse_fragment(
         lines += reindent(func.source, 4).splitlines(keepends=True)
     stubs = {**others, **pyfunc_stubs}
     lines += [f"    {name} = {_STUBS}[{name!r}]\n" for name in stubs]
-    proxy = ModuleProxy(module_name)
+    proxy = ModuleProxy(module_name, consts)
     extra = {**namespace, module_name: proxy, _STUBS: stubs}
     if fragment.full_class:
         extra[fragment.full_class] = proxy

@@ -1,0 +1,144 @@
+"""A function as cell text that parses back to it, weights included: what `NAME.edit` puts below.
+
+TVM prints a tensor constant as `metadata["ir.GenericConst"][i]`, which does
+not parse back in a cell. Here each one is named in the module's constant
+table (`NAME.consts`: an imported weight by its parameter's name, others
+`<function>_c<k>`), and the text refers to it as `NAME.consts.<name>`: the
+Relax parser takes a Python value that is a constant, so the function parses
+back structurally equal, the very same weights in it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.relax.expr_functor import PyExprMutator, mutator
+
+from ..errors import CallError
+from .printer import function_script
+
+_MARKER = "__tvmnb_const_"
+_MARKER_DECLARATION = re.compile(rf"^\s*{_MARKER}\d+: .*\n", re.MULTILINE)
+_MARKER_USE = re.compile(rf"\b{_MARKER}(\d+)\b")
+
+
+class ConstantTable:
+    """`NAME.consts`: the module's tensor constants (weights) by name, as edit text refers to them.
+
+    `NAME.consts.fc1_weight` is the constant itself (a `tvm.ir.Constant`);
+    `NAME.consts.numpy("fc1_weight")` its value. Names follow the module: a
+    constant no function uses any more leaves the table.
+    """
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Any] = {}
+        self._names: dict[Any, str] = {}  # TVM objects hash by what they wrap
+
+    def name(self, constant, preferred: str) -> str:
+        """The name of `constant`, giving it `preferred` (made unique) the first time."""
+        known = self._names.get(constant)
+        if known is not None:
+            return known
+        name, k = preferred, 1
+        while name in self._by_name:
+            name, k = f"{preferred}_{k}", k + 1
+        self._by_name[name], self._names[constant] = constant, name
+        return name
+
+    def keep_only(self, constants) -> None:
+        """Forget the constants not in `constants` (those the module still uses)."""
+        alive = set(constants)
+        for constant in [c for c in self._names if c not in alive]:
+            del self._by_name[self._names.pop(constant)]
+
+    def numpy(self, name: str):
+        return self[name].value.numpy()
+
+    def __getitem__(self, name: str):
+        try:
+            return self._by_name[name]
+        except KeyError:
+            known = ", ".join(sorted(self._by_name)) or "none"
+            raise CallError(f"no constant named `{name}` (known: {known})") from None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._by_name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        if not self._by_name:
+            return "no constants"
+        return "\n".join(f"{name}: {describe(c)}" for name, c in self._by_name.items())
+
+
+def describe(constant) -> str:
+    value = constant.value
+    return f"{value.dtype}{list(value.shape)}"
+
+
+def tensor_constants(func) -> list:
+    """The tensor constants (not scalars, which print inline) of a Relax function, in order."""
+    found: list = []
+
+    def visit(expr) -> None:
+        is_tensor = isinstance(expr, tvm.ir.GenericConst) and len(expr.value.shape) > 0
+        if is_tensor and not any(c.same_as(expr) for c in found):
+            found.append(expr)
+
+    if isinstance(func, relax.Function):
+        relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+def function_text(
+    module_name: str,
+    ir_mod: tvm.IRModule,
+    fn: str,
+    consts: ConstantTable,
+    preferred: Mapping[Any, str],
+) -> str:
+    """`fn` as `module_script` shows it, with `NAME.consts.<name>` for each tensor constant."""
+    func = ir_mod[fn]
+    constants = tensor_constants(func)
+    if not constants:
+        return function_script(module_name, ir_mod, fn)
+    marked = _ConstantMarker(constants).visit_expr(func)
+    copy = tvm.IRModule(
+        {gv: marked if gv.name_hint == fn else f for gv, f in ir_mod.functions_items()},
+        attrs=ir_mod.attrs,
+    )
+    text = _MARKER_DECLARATION.sub("", function_script(module_name, copy, fn))
+    names = [consts.name(c, preferred.get(c, f"{fn}_c{k}")) for k, c in enumerate(constants)]
+    return _MARKER_USE.sub(lambda m: f"{module_name}.consts.{names[int(m.group(1))]}", text)
+
+
+@mutator
+class _ConstantMarker(PyExprMutator):
+    """Each tensor constant replaced by a free variable `__tvmnb_const_<k>` of its type."""
+
+    def __init__(self, constants: list):
+        super().__init__()
+        self.constants = constants
+        self.markers: dict[int, relax.Var] = {}
+
+    def visit_generic_const_(self, op):
+        for k, constant in enumerate(self.constants):
+            if constant.same_as(op):
+                if k not in self.markers:
+                    self.markers[k] = relax.Var(f"{_MARKER}{k}", op.ty)
+                return self.markers[k]
+        return op

@@ -1,0 +1,291 @@
+"""Functions from outside a cell: `NAME.add(...)` and `NAME.add_torch(model, args)`.
+
+`add` takes what TVM users hold: an `IRModule` (from TVM's PyTorch or ONNX
+importers, or another tool), a `PrimFunc`, a Relax `Function`, or a Python
+callable; a list of them is one contribution. Constants (weights) travel
+inside the functions; module attributes and global infos come along.
+
+`add_torch` exports a `torch.nn.Module` with `torch.export`, decomposes it
+as TVM's `from_exported_program` does, and translates it with TVM's own
+`ExportedProgramImporter`, whose environment (FX node -> Relax var) gives
+each binding of the imported function the FX node it came from. That map is
+kept by binding name, with the exported program, so that `compare` can go
+op by op, even after the function was edited in a cell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import tvm
+from tvm import relax
+from tvm.ir import GlobalVar
+
+from ..errors import CallError, ModelImportError, last_reason
+from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
+from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
+from .pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
+
+ADDABLE = "an IRModule, a PrimFunc, a Relax Function or a Python callable (or a list of them)"
+
+
+def added_contribution(
+    obj: Any,
+    *,
+    name: str | None,
+    module_name: str,
+    namespace: Mapping[str, Any],
+    origin: str,
+) -> Contribution:
+    """One contribution of every function `obj` brings, keyed by their names (a re-add replaces)."""
+    items = obj if isinstance(obj, (list, tuple)) else [obj]
+    if name is not None and len(items) != 1:
+        raise CallError("add: name= names one function; give a list of named functions instead")
+    found: dict[str, tuple[Any, Mapping[str, Callable]]] = {}
+    attrs: dict[str, Any] = {}
+    infos: dict[str, Any] = {}
+    for item in items:
+        if isinstance(item, tvm.IRModule):
+            if name is not None:
+                raise CallError("add: name= is for one function; an IRModule brings its own names")
+            named = [(gv.name_hint, func) for gv, func in item.functions_items()]
+            attrs.update({k: v for k, v in (item.attrs or {}).items() if k != "base_py_module"})
+            infos.update(dict(item.global_infos))
+            pyfuncs = getattr(item, "pyfuncs", None) or {}
+        else:
+            named, pyfuncs = [(_name_of(item, name), item)], {}
+        for fn_name, func in named:
+            if fn_name in found:
+                raise CallError(
+                    f"add: two functions named `{fn_name}` in one add", function=fn_name
+                )
+            found[fn_name] = (func, pyfuncs)
+    if not found:
+        raise CallError(f"add: nothing to add in {type(obj).__name__}")
+    key, run = ("add", tuple(sorted(found))), next_run()
+    functions = {
+        fn_name: _entry(fn_name, func, pyfuncs, key, run, namespace, module_name)
+        for fn_name, (func, pyfuncs) in found.items()
+    }
+    return Contribution(key, origin, functions, attrs=attrs, global_infos=infos)
+
+
+def _name_of(item: Any, name: str | None) -> str:
+    if name is not None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise CallError(f"add: `{name}` is not a valid function name")
+        return name
+    if isinstance(item, (tvm.tirx.PrimFunc, relax.Function)):
+        symbol = (item.attrs or {}).get("global_symbol") if item.attrs is not None else None
+        if symbol is None:
+            kind = "PrimFunc" if isinstance(item, tvm.tirx.PrimFunc) else "Relax function"
+            raise CallError(f"add: this {kind} has no global symbol; give it one with name=...")
+        return str(symbol)
+    if callable(item):
+        fn_name = getattr(item, "__name__", "")
+        if not fn_name.isidentifier():
+            raise CallError(
+                f"add: this callable has no usable name ({fn_name!r}); give one with name=..."
+            )
+        return fn_name
+    raise CallError(f"add takes {ADDABLE}, not {type(item).__name__}")
+
+
+def _entry(
+    name: str,
+    func: Any,
+    pyfuncs: Mapping[str, Callable],
+    key: object,
+    run: int,
+    namespace: Mapping[str, Any],
+    module_name: str,
+) -> FunctionEntry:
+    if not name.isidentifier():
+        raise CallError(f"add: `{name}` is not a valid function name", function=name)
+    for kind, of_kind in ((PRIMFUNC, tvm.tirx.PrimFunc), (RELAX, relax.Function)):
+        if isinstance(func, of_kind):
+            return FunctionEntry(
+                FunctionSource(name, kind, "", 0),
+                key,
+                "",
+                GlobalVar(name),
+                func.with_attr("global_symbol", name),
+                run=run,
+            )
+    if is_pyfunc_extern(func):
+        return _pyfunc_from_module(name, func, pyfuncs.get(name), key, run, namespace, module_name)
+    if isinstance(func, relax.ExternFunc):
+        raise CallError(
+            f"add: `{name}` is an external function ({func.global_symbol}); only "
+            "pyfuncs, PrimFuncs and Relax functions can be added",
+            function=name,
+        )
+    if callable(func):
+        source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
+        return pyfunc_entry(source, key, "", func, run)
+    raise CallError(f"add takes {ADDABLE}, not {type(func).__name__}", function=name)
+
+
+def _pyfunc_from_module(
+    name: str,
+    extern,
+    func: Callable | None,
+    key: object,
+    run: int,
+    namespace: Mapping[str, Any],
+    module_name: str,
+) -> FunctionEntry:
+    """A pyfunc of an `@I.ir_module` IRModule: the function the module kept, else its source's."""
+    text = str(extern.attrs["python_source"])
+    source = FunctionSource(name, PYFUNC, text, 0)
+    if func is None:
+        filename = f"<tvmmodule {module_name} added {name} {run}>"
+        register_cell_text(filename, f"# {name}, added to {module_name}", text)
+        func = load_pyfunc(FunctionSource(name, PYFUNC, text, 2), filename, CellGlobals(namespace))
+    return pyfunc_entry(source, key, "", func, run)
+
+
+# -- PyTorch ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeRef:
+    """The FX node a Relax binding came from: its name, its op, whether the binding *is* its value."""
+
+    node: str
+    op: str
+    exact: bool  # False: one of several bindings a node became (e.g. the matmul inside addmm)
+    aliases: tuple[str, ...] = ()  # later nodes the importer gave the same value (a getitem)
+
+
+@dataclass
+class TorchOrigin:
+    """What `compare` needs to go op by op: the model, its exported graph, binding -> FX node."""
+
+    model: torch.nn.Module
+    exported: Any  # torch.export.ExportedProgram, decomposed as the importer translated it
+    bindings: dict[str, NodeRef] = field(default_factory=dict)
+    constant_names: dict[Any, str] = field(default_factory=dict)  # constant -> parameter name
+
+    def fx_values(self, args: Iterable[Any]) -> tuple[dict[str, Any], Any]:
+        """Every FX node's value (by node name) for one run on `args`, and the outputs."""
+        from torch.export.graph_signature import InputKind
+
+        exported, user = self.exported, iter(args)
+        flat = []
+        for spec in exported.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                flat.append(next(user))
+            elif spec.target in exported.state_dict:
+                flat.append(exported.state_dict[spec.target])
+            else:
+                flat.append(exported.constants[spec.target])
+        values: dict[str, Any] = {}
+
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, node):
+                out = super().run_node(node)
+                values[node.name] = out
+                return out
+
+        with torch.no_grad():
+            outputs = Recorder(exported.graph_module).run(
+                *[t.detach() if isinstance(t, torch.Tensor) else t for t in flat]
+            )
+        return values, outputs
+
+
+def import_torch(
+    model: torch.nn.Module, example_args: Any, *, name: str, dynamic_shapes: Any = None
+) -> tuple[relax.Function, TorchOrigin]:
+    """`model` as one Relax function named `name` (weights as constants), and where it came from."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    if not isinstance(model, torch.nn.Module):
+        raise CallError(f"add_torch needs a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise CallError(f"add_torch: `{name}` is not a valid function name")
+    args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+        exported = exported.run_decompositions()  # as from_exported_program does
+    except Exception as err:  # torch raises many types for a model it cannot export
+        raise ModelImportError(
+            f"torch.export could not export {type(model).__name__}: {last_reason(err)}"
+        ) from err
+    importer = ExportedProgramImporter()
+    try:
+        mod = importer.from_exported_program(exported, False, True, False, None)
+    except Exception as err:  # the importer raises on ops it has no translation for
+        raise ModelImportError(
+            f"TVM's PyTorch importer could not translate {type(model).__name__}: {last_reason(err)}"
+        ) from err
+    func = mod["main"].with_attr("global_symbol", name)
+    before_binding_params = importer.block_builder.get()["main"]
+    origin = TorchOrigin(
+        model,
+        exported,
+        _binding_nodes(func, importer.env),
+        _constant_names(before_binding_params, func, exported),
+    )
+    return func, origin
+
+
+def _bindings(func: relax.Function) -> list:
+    return [b for block in func.body.blocks for b in block.bindings]
+
+
+def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, NodeRef]:
+    """Binding name -> the FX node it came from.
+
+    The importer emits bindings in FX order and records, for each node, the
+    last var it emitted: every binding up to and including that var, not yet
+    claimed, belongs to the node. Bindings after the last node's (the output
+    tuple) belong to none and are left out: never guessed.
+    """
+    nodes_of: dict[Any, list] = {}  # var -> the nodes whose value it is, in FX order
+    for node, value in env.items():
+        if isinstance(value, relax.Var):
+            nodes_of.setdefault(value, []).append(node)
+    found: dict[str, NodeRef] = {}
+    pending: list[Any] = []
+    for binding in _bindings(func):
+        pending.append(binding.var)
+        nodes = nodes_of.get(binding.var)
+        if nodes:
+            first, aliases = nodes[0], tuple(n.name for n in nodes[1:])
+            for var in pending:
+                exact = var.same_as(binding.var)
+                found[var.name] = NodeRef(
+                    first.name, str(first.target), exact, aliases if exact else ()
+                )
+            pending = []
+    return found
+
+
+def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:
+    """Each constant -> the model parameter it holds (`fc1.weight` as `fc1_weight`)."""
+    targets = {
+        spec.arg.name: spec.target
+        for spec in exported.graph_signature.input_specs
+        if getattr(spec.arg, "name", None) and spec.target
+    }
+    names: dict[Any, str] = {}  # TVM objects hash and compare by identity of what they wrap
+
+    def walk(a, b) -> None:
+        if isinstance(a, relax.Var) and isinstance(b, tvm.ir.Constant):
+            target = targets.get(a.name, a.name)
+            names.setdefault(b, re.sub(r"\W", "_", target))
+        elif isinstance(a, relax.Call) and isinstance(b, relax.Call):
+            for x, y in zip(a.args, b.args, strict=False):
+                walk(x, y)
+        elif isinstance(a, relax.Tuple) and isinstance(b, relax.Tuple):
+            for x, y in zip(a.fields, b.fields, strict=False):
+                walk(x, y)
+
+    for x, y in zip(_bindings(before), _bindings(after), strict=False):
+        walk(x.value, y.value)
+    return names

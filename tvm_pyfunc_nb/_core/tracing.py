@@ -1,0 +1,148 @@
+"""`NAME.trace("fn", *args)`: every intermediate value of one run of a Relax function, by binding.
+
+The user's function is never touched: a copy, lowered out of its dataflow
+blocks (`ToNonDataflow`), returns its own output together with every
+tensor-typed binding, and is compiled and run like any other Relax function
+(the build keeps it, so tracing again compiles nothing). With a fusing
+pipeline the taps keep the bindings apart, so a traced run may fuse less
+than the plain one; the values are those of the same ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+import tvm
+from tvm import relax
+
+from .tensors import to_torch
+
+
+@dataclass(frozen=True)
+class Tap:
+    """One binding of the traced function: its name and what computes it."""
+
+    name: str
+    op: str
+
+
+def tapped(func: relax.Function) -> tuple[relax.Function, list[Tap]]:
+    """A copy of `func` returning `(its output, (every tensor-typed binding, ...))`."""
+    plain = relax.transform.ToNonDataflow()(tvm.IRModule({"f": func}))["f"]
+    blocks = list(plain.body.blocks)
+    bindings = [
+        b for block in blocks for b in block.bindings if isinstance(b.var.ty, relax.TensorType)
+    ]
+    body = relax.SeqExpr(
+        blocks, relax.Tuple([plain.body.body, relax.Tuple([b.var for b in bindings])])
+    )
+    body = relax.BlockBuilder().normalize(body)
+    copy = relax.Function(plain.params, body, None, plain.is_pure, plain.attrs)
+    taps, seen = [], set()
+    for binding in bindings:
+        name, k = binding.var.name, 1
+        while name in seen:  # as TVM's printer shows a name used twice
+            name, k = f"{binding.var.name}_{k}", k + 1
+        seen.add(name)
+        taps.append(Tap(name, op_of(binding.value)))
+    return copy, taps
+
+
+def op_of(value) -> str:
+    """What computes a binding: `matmul`, `nn.relu`, `call_tir add_tir`, `call_py_func scale`..."""
+    if isinstance(value, relax.Call):
+        op = value.op
+        if isinstance(op, tvm.ir.Op):
+            name = op.name.removeprefix("relax.")
+            if name in ("call_tir", "call_tir_with_grad", "call_tir_inplace"):
+                return f"{name} {value.args[0].name_hint}"
+            if name in ("call_py_func", "call_dps_packed") and hasattr(value.args[0], "value"):
+                return f"{name} {value.args[0].value}"
+            if name == "call_dps_packed":
+                return f"{name} {getattr(value.args[0], 'global_symbol', '?')}"
+            return name
+        if isinstance(op, tvm.ir.GlobalVar):
+            return f"call {op.name_hint}"
+        return type(op).__name__
+    return type(value).__name__
+
+
+@dataclass(frozen=True)
+class TracedValue:
+    """One intermediate of a run: the binding, its op, and its value."""
+
+    name: str
+    op: str
+    value: torch.Tensor
+
+
+class Trace(Mapping[str, torch.Tensor]):
+    """The intermediates of one run of `function`, in order: `trace["lv1"]` is a `torch.Tensor`.
+
+    `trace.output` is what the function returned; `trace.values` the
+    `TracedValue`s (binding, op, value); shown as a table of binding, op,
+    shape, dtype and min/max/mean.
+    """
+
+    def __init__(self, function: str, values: list[TracedValue], output):
+        self.function = function
+        self.values = values
+        self.output = output
+        self._by_name = {v.name: v.value for v in values}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """`(binding, op, shape, dtype, "min / max / mean")` for each intermediate."""
+        return [
+            (v.name, v.op, str(list(v.value.shape)), _dtype(v.value), summary(v.value))
+            for v in self.values
+        ]
+
+    def __repr__(self) -> str:
+        header = ("binding", "op", "shape", "dtype", "min / max / mean")
+        return f"trace of {self.function}: {len(self)} intermediates\n" + text_table(
+            header, self.rows()
+        )
+
+
+def traced_values(taps: list[Tap], outputs) -> list[TracedValue]:
+    return [
+        TracedValue(tap.name, tap.op, to_torch(value))
+        for tap, value in zip(taps, outputs, strict=True)
+    ]
+
+
+def summary(value: torch.Tensor) -> str:
+    """`min / max / mean` of a tensor's values (its true-count for booleans)."""
+    if value.numel() == 0:
+        return "empty"
+    if value.dtype == torch.bool:
+        return f"{int(value.sum())} of {value.numel()} true"
+    if value.is_complex():
+        return ""
+    flat = value.detach().reshape(-1)
+    numbers = (flat.min().item(), flat.max().item(), flat.to(torch.float64).mean().item())
+    return " / ".join(f"{n:.4g}" for n in numbers)
+
+
+def _dtype(value: torch.Tensor) -> str:
+    return str(value.dtype).removeprefix("torch.")
+
+
+def text_table(header: tuple[str, ...], rows: list[tuple]) -> str:
+    """Rows under a header, each column as wide as its widest cell."""
+    cells = [tuple(map(str, header)), *[tuple(map(str, row)) for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
