@@ -53,6 +53,10 @@ class ModelImportError(TVMModuleError):
     """A model could not be brought in: `torch.export` or TVM's importer refused it."""
 
 
+class ScheduleError(TVMModuleError):
+    """A schedule or tuning run failed: a primitive refused, or no candidate ran."""
+
+
 class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 

@@ -12,6 +12,7 @@ going back to an earlier version of a cell rebuilds nothing.
 from __future__ import annotations
 
 import inspect
+import json
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -24,7 +25,7 @@ from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
-from ..errors import CompileError, TVMModuleError, last_reason
+from ..errors import CallError, CompileError, TVMModuleError, last_reason
 from .crash_guards import guard_bounds, guard_division, missing_symbols
 
 MAX_KEPT_LIBRARIES = 256
@@ -156,6 +157,26 @@ def _named_pipelines() -> list[str]:
     return [name for name, make in PIPELINE_MAP.items() if ready(make)]
 
 
+@dataclass
+class Linked:
+    """Relax functions lowered and linked: the pipeline's output, the executable, its kernels."""
+
+    mod: tvm.IRModule  # what was linked (its structural hash keys it)
+    lowered: tvm.IRModule  # after the Relax pipeline
+    executable: object  # relax.VMExecutable's module, linked with the kernels' libraries
+    kernels: dict[str, object]  # PrimFunc name -> its library
+    _vm: relax.VirtualMachine | None = None
+
+    def vm(self, device) -> relax.VirtualMachine:
+        """The executable loaded on `device` (once): a `CallError` if it cannot run there."""
+        if self._vm is None:
+            try:
+                self._vm = relax.VirtualMachine(self.executable, device)
+            except Exception as err:
+                raise CallError(f"cannot run on {device}: {last_reason(err)}") from err
+        return self._vm
+
+
 class Build:
     """Builds PrimFuncs and Relax VMs for one target and pipeline, keeping what it built.
 
@@ -173,9 +194,11 @@ class Build:
         pipeline: str | None = None,
         persistent=None,
         checked: bool = True,
+        module_name: str = "NAME",
     ):
         self.target = _target(target)
         self.target_name = target
+        self.module_name = module_name
         self.device = device
         self.stats = stats
         self.pipeline = pipeline_for(pipeline, self.target)
@@ -190,7 +213,7 @@ class Build:
         self._versions: dict[
             str, list[int]
         ] = {}  # name -> keys of its kept libraries, oldest first
-        self._vms: OrderedDict[int, list[tuple[tvm.IRModule, object]]] = OrderedDict()
+        self._vms: OrderedDict[int, list[Linked]] = OrderedDict()
 
     def kept(self) -> dict[str, int]:
         """How many compiled kernel libraries and Relax VMs are kept in memory."""
@@ -241,15 +264,12 @@ class Build:
         if self.is_gpu and not _binds_threads(func):
             return CompileError(
                 f"has no GPU thread bindings, so it cannot run on target {self.target_name}; "
-                f'schedule it first, e.g. NAME.schedule("{name}", "dlight")',
+                f'schedule it first, e.g. {self.module_name}.schedule("{name}", "dlight")',
                 function=name,
             )
         start = time.perf_counter()
         try:
-            if self.checked and local_cpu:
-                func = guard_bounds(guard_division(func, name), name)
-            mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
-            lib = tvm.tirx.build(mod, target=self.target)
+            lib = self.build_kernel_module(name, func)
             if local_cpu:
                 lib.get_function(
                     name
@@ -263,6 +283,13 @@ class Build:
         finally:
             self._record("tir", (name,), start)
         return lib
+
+    def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
+        """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
+        if self.checked and self.target.kind.name == "llvm":
+            func = guard_bounds(guard_division(func, name), name)
+        mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
+        return tvm.tirx.build(mod, target=self.target)
 
     def _remember(self, name: str, key: int, func, lib) -> None:
         self._libs.setdefault(key, []).append((func, lib))
@@ -281,32 +308,36 @@ class Build:
             self._libs.pop(versions.pop(0), None)
 
     # -- Relax VMs -----------------------------------------------------------------
-    def vm(self, mod: tvm.IRModule, *, use_cache: bool = True):
-        """The Relax VM of `mod` (Relax functions, the PrimFuncs they call), built unless kept."""
+    def link(self, mod: tvm.IRModule, *, use_cache: bool = True) -> Linked:
+        """`mod` (Relax functions, the PrimFuncs they call) lowered and linked, unless kept."""
         names = tuple(
             gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)
         )
         key = tvm_ffi.structural_hash(mod)
         if use_cache:
-            for known, vm in self._vms.get(key, ()):
-                if tvm_ffi.structural_equal(known, mod):
+            for linked in self._vms.get(key, ()):
+                if tvm_ffi.structural_equal(linked.mod, mod):
                     self._vms.move_to_end(key)
                     for name in names:
                         self.stats.served_by("memory", name)
-                    return vm
-        vm = self._build_vm(mod, names, use_cache)
-        self._vms.setdefault(key, []).append((mod, vm))
+                    return linked
+        linked = self._link(mod, names, use_cache)
+        self._vms.setdefault(key, []).append(linked)
         self._vms.move_to_end(key)
         while len(self._vms) > MAX_KEPT_VMS:
             self._vms.popitem(last=False)
-        return vm
+        return linked
+
+    def vm(self, mod: tvm.IRModule, *, use_cache: bool = True) -> relax.VirtualMachine:
+        """The Relax VM of `mod` on this build's device (`link`, then loaded once)."""
+        return self.link(mod, use_cache=use_cache).vm(self.device)
 
     def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
         """`mod` after this module's Relax pipeline, for the target."""
         with self.target:
             return self.pipeline.make()(mod)
 
-    def _build_vm(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool):
+    def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()
         try:
             with self._compiling("vm", names):
@@ -317,9 +348,10 @@ class Build:
             self._record("vm", names, start)
             raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
         build_start = time.perf_counter()
-        libs = [
-            self.kernel(gv.name_hint, f, use_cache=use_cache) for gv, f in _prim_funcs(leftover)
-        ]
+        kernels = {
+            gv.name_hint: self.kernel(gv.name_hint, f, use_cache=use_cache)
+            for gv, f in _prim_funcs(leftover)
+        }
         start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
         attrs = dict(lowered.attrs) if lowered.attrs else {}
         try:
@@ -327,15 +359,14 @@ class Build:
                 builder,
                 self.target,
                 None,
-                [*libs, *attrs.get("external_mods", [])],
+                [*kernels.values(), *attrs.get("external_mods", [])],
                 dict(attrs.get("const_name_to_constant", {})),
             )
-            vm = relax.VirtualMachine(exe, self.device)
         except Exception as err:
             raise CompileError(f"Relax VM link failed: {last_reason(err)}") from err
         finally:
             self._record("vm", names, start)
-        return vm
+        return Linked(mod, lowered, exe, kernels)
 
     # -- records -------------------------------------------------------------------
     def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
@@ -350,8 +381,13 @@ class Build:
 
 
 def _target(target: str) -> tvm.target.Target:
+    """A TVM target from its name (`llvm`, `cuda`) or its JSON form; `"mcpu": "native"` is
+    this machine's CPU, which LLVM itself does not accept."""
     try:
-        return tvm.target.Target(target)
+        config = json.loads(target) if target.lstrip().startswith("{") else target
+        if isinstance(config, dict) and config.get("mcpu") == "native":
+            config = {**config, "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+        return tvm.target.Target(config)
     except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
         raise TVMModuleError(f"target `{target}` is not a TVM target: {last_reason(err)}") from None
 

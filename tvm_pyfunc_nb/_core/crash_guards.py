@@ -55,6 +55,12 @@ _OOB_PATH = re.compile(r"Access path: <root>\.functions\[[^\]]*\](\S*)")
 _PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 
+def has_guards(func: tirx.PrimFunc, name: str) -> bool:
+    """Whether the guards put any check into `func` (a kernel whose bounds TVM proves gets none)."""
+    guarded = guard_bounds(guard_division(func, name), name)
+    return not tvm_ffi.structural_equal(guarded, func)
+
+
 # -- reads and writes outside a buffer ---------------------------------------------------
 def out_of_bounds(func: tirx.PrimFunc) -> tuple[str, int | None] | None:
     """`(what, line)` when TVM can prove that `func` touches memory outside a buffer, else None.

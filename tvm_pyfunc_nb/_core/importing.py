@@ -152,7 +152,7 @@ def _pyfunc_from_module(
 # -- PyTorch ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeRef:
-    """The FX node a Relax binding came from: its name, its op, whether the binding *is* its value."""
+    """The FX node a binding came from: its name, its op, whether the binding *is* its value."""
 
     node: str
     op: str

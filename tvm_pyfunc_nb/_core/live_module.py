@@ -26,22 +26,27 @@ from typing import Any
 
 import torch
 import tvm
+from tvm.ir import GlobalVar
 
 from ..errors import CallError, CompileError, TVMModuleError
 from . import front_end
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
 from .calling import allocate_outputs
-from .calls import CallTable, signature_of, unknown_function
+from .calls import CallTable, refused, signature_of, unknown_function
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource, split_cell
 from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
+from .crash_guards import has_guards
 from .editing import ConstantTable, function_text, tensor_constants
 from .importing import TorchOrigin, added_contribution, import_torch
+from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
 from .relax_rewrite import relax_closure, sub_module
+from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
 from .tensors import to_torch, to_tvm_tensor
+from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
 from .tracing import Trace, tapped, traced_values
 from .trampolines import PyFuncBridge
 
@@ -114,6 +119,7 @@ class LiveModule:
             pipeline=pipeline,
             persistent=persistent_cache,
             checked=checked,
+            module_name=name,
         )
         _check_target_runs_on(self._build.target, target, self.device, device)
         self.options = ModuleOptions(target, device, pipeline or AUTO_PIPELINE, checked)
@@ -364,7 +370,7 @@ class LiveModule:
             {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
             attrs=mod.attrs,
         )
-        vm = self._build.vm(self._bridge.vm_module(mod))
+        vm = self._build.vm(self._bridge.vm_module(mod))  # kept: tracing again compiles nothing
         output, values = self._calls.run_compiled(entry, vm[fn], args, device=self.device)
         return Trace(fn, traced_values(taps, values), output)
 
@@ -402,6 +408,147 @@ class LiveModule:
             op_checks(trace, origin, args, rtol, atol),
         )
 
+    def lowered(self, fn: str) -> str:
+        """`fn` as TVM lowered it: a Relax function after the module's pipeline (with the kernels
+        it calls), a PrimFunc after TIR lowering. Computed now, never on a call's path."""
+        entry = self.entry(fn)
+        if entry.kind == PRIMFUNC:
+            return lowered_prim_func(self._build, fn, entry.func)
+        return lowered_relax(self._linked_for(fn, "lowered"), fn)
+
+    def kernels(self, fn: str) -> list[str]:
+        """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline."""
+        return kernels_of(self._linked_for(fn, "kernels"), fn)
+
+    def source(self, fn: str, fmt: str | None = None) -> str:
+        """The code TVM generated for `fn`: LLVM IR (`fmt="ll"`, the default) or assembly
+        (`"asm"`) on a CPU target, CUDA source on a CUDA target; for a Relax function, that of
+        every kernel it runs."""
+        entry = self.entry(fn)
+        target = self._build.target
+        if entry.kind == PRIMFUNC:
+            return generated_source(self._kernel(entry), fn, target, fmt)
+        linked = self._linked_for(fn, "source")
+        comment = ";" if target.kind.name == "llvm" and fmt in (None, "ll", "llvm") else "//"
+        return "\n".join(
+            f"{comment} kernel {k}\n{generated_source(linked.kernels[k], k, target, fmt)}"
+            for k in kernels_of(linked, fn)
+        )
+
+    def time(self, fn: str, *args, number: int = 10, repeat: int = 5, against=None) -> Timing:
+        """Time `fn` on `args`: TVM's `time_evaluator` on the module's device for compiled
+        functions (a wall-clock loop for pyfuncs), `repeat` measurements of `number` calls each.
+        `against=callable` times a reference (e.g. `torch.matmul`) on the same inputs, and
+        the result shows the ratio; mean, median and std are in seconds."""
+        if number < 1 or repeat < 1:
+            raise CallError("time: number and repeat must be at least 1", function=fn)
+        entry = self.entry(fn)
+        self.get_function(fn)(*args)  # compiles if needed, and checks the arguments
+        if entry.kind == PYFUNC:
+            mine = Measurement(
+                fn, wall_clock_samples(self.get_function(fn), args, number, repeat), "wall clock"
+            )
+        else:
+            module = (
+                self._kernel(entry)
+                if entry.kind == PRIMFUNC
+                else self._linked_for(fn, "time").vm(self.device)
+            )
+            evaluator = module.time_evaluator(fn, self.device, number=number, repeat=repeat)
+            try:
+                samples = evaluator_samples(evaluator, to_tvm_tensor(list(args)))
+            except Exception as err:
+                raise refused(fn, None, args, err, self.device) from err
+            mine = Measurement(fn, samples, f"time_evaluator on {self.device_name}")
+        reference = None
+        if against is not None:
+            reference = Measurement(
+                name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
+            )
+        return Timing(mine, reference, self._guard_note(entry))
+
+    def _guard_note(self, entry: FunctionEntry) -> str:
+        if entry.kind == PRIMFUNC and self.options.checked and has_guards(entry.func, entry.name):
+            return (
+                f"`{entry.name}` carries bounds or division checks (the crash guards); "
+                "a module made with --unchecked times it without them"
+            )
+        return ""
+
+    # -- making kernels fast ---------------------------------------------------------
+    def schedule(self, kernel: str, how) -> UpdateResult:
+        """Schedule PrimFunc `kernel`: `how="dlight"` applies TVM's DLight default schedules for
+        the target; `how=function` calls `function(sch)` with a `tvm.s_tir.Schedule` of the kernel
+        (its function is `main`: `sch.get_sblock("C")`) to apply primitives. The result replaces
+        the kernel until the kernel's own cell runs again."""
+        entry = self._prim_entry(kernel, "schedule")
+        if isinstance(how, str) and how == "dlight":
+            func, what = dlight(entry.func, kernel, self._build.target), '"dlight"'
+        elif callable(how):
+            func, what = by_hand(entry.func, kernel, how), getattr(how, "__name__", "a function")
+        else:
+            raise CallError(
+                'schedule: how must be "dlight" or a function of a tvm.s_tir.Schedule',
+                function=kernel,
+            )
+        return self._replace_kernel(entry, func, f"{self.name}.schedule({kernel!r}, {what})")
+
+    def tune(self, kernel: str, trials: int = 32) -> TuningReport:
+        """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates measured here, progress
+        shown), then use the best schedule found, as `schedule` does. Its database is kept (in
+        the compile cache's directory), so tuning again reuses the trials already measured."""
+        if not isinstance(trials, int) or trials < 1:
+            raise CallError("tune: trials must be a positive number", function=kernel)
+        original = self._original_kernel(self._prim_entry(kernel, "tune"))
+        persistent = self._build.persistent
+        work_dir = work_dir_for(
+            str(persistent.directory) if persistent else None,
+            kernel,
+            original.func,
+            self._build.target,
+        )
+        progress = front_end.current().progress(self, f"tuning {kernel}", trials)
+        func, report = tune(original.func, kernel, self._build.target, trials, work_dir, progress)
+        self._replace_kernel(original, func, f"{self.name}.tune({kernel!r}, trials={trials})")
+        return report
+
+    def _prim_entry(self, kernel: str, what: str) -> FunctionEntry:
+        entry = self.entry(kernel)
+        if entry.kind != PRIMFUNC:
+            raise CallError(
+                f"{what} needs a PrimFunc, but `{kernel}` is a {entry.kind}", function=kernel
+            )
+        return entry
+
+    def _original_kernel(self, entry: FunctionEntry) -> FunctionEntry:
+        """The kernel as its cell (or `add`) made it, before any schedule."""
+        contribution = self._state.contributions[entry.contribution]
+        base = self._state.contributions.get(contribution.derived_from)
+        return base.functions[entry.name] if base is not None else entry
+
+    def _replace_kernel(self, entry: FunctionEntry, func, origin: str) -> UpdateResult:
+        """`func` as kernel `entry.name`: a contribution of its own, derived from the original's."""
+        name = entry.name
+        base = self._original_kernel(entry).contribution
+        key = ("schedule", name)
+        scheduled = FunctionEntry(
+            FunctionSource(name, PRIMFUNC, "", 0),
+            key,
+            "",
+            GlobalVar(name),
+            func.with_attr("global_symbol", name),
+            run=next_run(),
+        )
+        contribution = Contribution(key, origin, {name: scheduled}, derived_from=base)
+        return self._apply(self._assembly.propose(contribution))
+
+    def _linked_for(self, fn: str, what: str):
+        self._relax_entry(fn, what)
+        linked, failures = self._linked_of(self._state)
+        if fn in failures:
+            raise failures[fn]
+        return linked
+
     def _relax_entry(self, fn: str, what: str) -> FunctionEntry:
         entry = self.entry(fn)
         if entry.kind != RELAX:
@@ -435,7 +582,7 @@ class LiveModule:
                 except CompileError as err:
                     errors.append(err)
         if any(e.kind == RELAX for e in state.entries.values()):
-            _, failures = self._vm_of(state, use_cache=use_cache)
+            _, failures = self._linked_of(state, use_cache=use_cache)
             errors += failures.values()
         if commit:
             self._compiled_version = self._calls.version
@@ -449,7 +596,8 @@ class LiveModule:
         self.compile()
         state = self._state
         tir = {n: self._kernel(e)[n] for n, e in state.entries.items() if e.kind == PRIMFUNC}
-        vm = self._vm_of(state)[0]
+        linked = self._linked_of(state)[0]
+        vm = linked.vm(self.device) if linked is not None else None
         pyfuncs = {n: e.pyfunc for n, e in state.entries.items() if e.kind == PYFUNC}
         return CompiledPyModule(state.ir_mod, self.device, self._build.target, tir, vm, pyfuncs)
 
@@ -459,23 +607,21 @@ class LiveModule:
         except CompileError as err:
             raise CompileError(err.detail, function=entry.name, line=entry.line) from None
 
-    def _vm_of(self, state: ModuleState, use_cache: bool = True):
-        """The Relax VM of `state` and the Relax functions that failed to compile (kept per
+    def _linked_of(self, state: ModuleState, use_cache: bool = True):
+        """The linked Relax functions of `state`, and those that failed to compile (kept per
         version).
         """
         if state is self._state and self._vm_state and self._vm_state[0] == self._calls.version:
             return self._vm_state[1], self._vm_state[2]
         relax_names = [n for n, e in state.entries.items() if e.kind == RELAX]
         try:
-            vm, failures = (
-                self._build.vm(self._vm_module(state, relax_names), use_cache=use_cache),
-                {},
-            )
+            linked = self._build.link(self._vm_module(state, relax_names), use_cache=use_cache)
+            failures = {}
         except CompileError:
-            vm, failures = self._vm_isolating(state, relax_names, use_cache)
+            linked, failures = self._vm_isolating(state, relax_names, use_cache)
         if state is self._state:
-            self._vm_state = (self._calls.version, vm, failures)
-        return vm, failures
+            self._vm_state = (self._calls.version, linked, failures)
+        return linked, failures
 
     def _vm_isolating(self, state: ModuleState, relax_names: list[str], use_cache: bool):
         """One Relax function failed to compile: find which, and build the VM from the others."""
@@ -483,7 +629,7 @@ class LiveModule:
         entries = state.entries
         for name in relax_names:
             try:
-                self._build.vm(self._vm_module(state, [name]), use_cache=use_cache)
+                self._build.link(self._vm_module(state, [name]), use_cache=use_cache)
             except (
                 CompileError
             ) as err:  # `name` itself, or a PrimFunc it calls (then that one is to blame)
@@ -498,8 +644,10 @@ class LiveModule:
                 f"calls `{culprit}`, which does not compile: {failures[culprit].detail}",
                 function=name,
             )
-        vm = self._build.vm(self._vm_module(state, good), use_cache=use_cache) if good else None
-        return vm, failures
+        linked = (
+            self._build.link(self._vm_module(state, good), use_cache=use_cache) if good else None
+        )
+        return linked, failures
 
     def _vm_module(self, state: ModuleState, relax_names) -> tvm.IRModule:
         """What a VM is built of: Relax functions, the PrimFuncs they call, pyfunc calls bridged."""
@@ -532,11 +680,14 @@ class LiveModule:
         if entry.kind == PRIMFUNC:
             function, writes_args = self._kernel(entry)[name], True
         else:
-            vm, failures = self._vm_of(self._state)
+            linked, failures = self._linked_of(self._state)
             self._compiled_version = self._calls.version
             if name in failures:
                 raise failures[name]
-            function, writes_args = vm[name], False
+            try:
+                function, writes_args = linked.vm(self.device)[name], False
+            except CallError as err:
+                raise CallError(err.detail, function=name) from err.__cause__
         compiled = tuple(self.stats.since(mark))
         return self._calls.compiled_callable(
             entry, function, compiled, device=self.device, writes_args=writes_args

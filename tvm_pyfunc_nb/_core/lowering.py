@@ -1,0 +1,62 @@
+"""What TVM made of a function: `NAME.lowered("fn")` and `NAME.source("fn")`, computed on demand.
+
+- A Relax function after the module's pipeline is the linked module's Relax
+  side, as the build lowered it (fusion, legalized kernels, VM lowering).
+- A PrimFunc after TIR lowering is the IR just before TVM wraps it for calls
+  (`tirx.MakePackedAPI`): flattened loops, vector and parallel loops,
+  buffers as pointers; the crash guards' asserts show here when they apply.
+- Generated code is what the kernels' libraries hold: LLVM IR or assembly on
+  a CPU target, CUDA source on a CUDA target.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+from ..errors import CallError
+
+CPU_FORMATS = {"ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm"}
+
+
+def lowered_relax(linked, fn: str) -> str:
+    """Relax function `fn` after the pipeline, with the kernels it calls, as TVMScript."""
+    lowered, kernels = linked.lowered, set(kernels_of(linked, fn))
+    keep = {gv: f for gv, f in lowered.functions_items() if gv.name_hint in kernels | {fn}}
+    return tvm.IRModule(keep, attrs=lowered.attrs).script(extra_config={"script.use_pep695": False})
+
+
+def kernels_of(linked, fn: str) -> list[str]:
+    """The kernels (PrimFuncs) the lowered Relax function `fn` calls, in the order it calls them."""
+    called = [gv.name_hint for gv in relax.analysis.all_global_vars(linked.lowered[fn])]
+    return [name for name in dict.fromkeys(called) if name in linked.kernels]
+
+
+def lowered_prim_func(build, name: str, func: tvm.tirx.PrimFunc) -> str:
+    """PrimFunc `name` after TIR lowering (as built, guards included), before `MakePackedAPI`."""
+    captured: list[tvm.IRModule] = []
+
+    @tvm.ir.instrument.pass_instrument
+    class Capture:
+        def run_before_pass(self, mod, info):
+            if info.name == "tirx.MakePackedAPI" and not captured:
+                captured.append(mod)
+
+    with tvm.transform.PassContext(instruments=[Capture()]):
+        build.build_kernel_module(name, func)
+    if not captured:
+        raise CallError(f"TIR lowering of `{name}` did not reach MakePackedAPI", function=name)
+    return captured[0].script(extra_config={"script.use_pep695": False})
+
+
+def generated_source(lib, name: str, target: tvm.target.Target, fmt: str | None) -> str:
+    """The code in a kernel's library: CUDA source (GPU), LLVM IR or assembly (`fmt`, CPU)."""
+    if target.kind.name == "llvm":
+        fmt = CPU_FORMATS.get(fmt or "ll")
+        if fmt is None:
+            raise CallError(f"source format must be one of {', '.join(CPU_FORMATS)}", function=name)
+        return lib.inspect_source(fmt)
+    devices = [m for m in lib.imports if m.kind != "llvm"]
+    if not devices:
+        raise CallError(f"the library of `{name}` holds no {target.kind.name} code", function=name)
+    return "\n".join(m.inspect_source() for m in devices)

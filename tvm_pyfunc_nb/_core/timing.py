@@ -1,0 +1,130 @@
+"""`NAME.time("fn", *args)`: how long a function takes, against a reference on the same inputs.
+
+A compiled function is timed by TVM's own `time_evaluator` on the module's
+device (remote devices included): `number` calls per measurement, `repeat`
+measurements. A pyfunc, and the reference (`against=`, e.g. `torch.matmul`),
+are timed by a wall-clock loop of the same shape, after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .tracing import text_table
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Seconds per call, one figure per repeat."""
+
+    what: str
+    samples: tuple[float, ...]
+    how: str  # "time_evaluator on cpu:0", "wall clock"
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def std(self) -> float:
+        return statistics.pstdev(self.samples)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What `NAME.time` returns: the function's measurement, and the reference's if given."""
+
+    function: Measurement
+    against: Measurement | None = None
+    note: str = ""  # e.g. that the kernel carries the crash guards' checks
+
+    @property
+    def mean(self) -> float:
+        return self.function.mean
+
+    @property
+    def median(self) -> float:
+        return self.function.median
+
+    @property
+    def std(self) -> float:
+        return self.function.std
+
+    @property
+    def ratio(self) -> float | None:
+        """The function's median time over the reference's: below 1 means faster than it."""
+        return self.function.median / self.against.median if self.against else None
+
+    def verdict(self) -> str:
+        if self.against is None:
+            return f"{self.function.what}: {duration(self.median)} per call (median)"
+        ratio = self.ratio
+        faster = f"{1 / ratio:.2f}× faster" if ratio < 1 else f"{ratio:.2f}× slower"
+        return f"{self.function.what} is {faster} than {self.against.what} (median per call)"
+
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        found = [self.function, *([self.against] if self.against else [])]
+        return [
+            (m.what, duration(m.mean), duration(m.median), duration(m.std), m.how) for m in found
+        ]
+
+    def __repr__(self) -> str:
+        lines = [
+            self.verdict(),
+            text_table(("", "mean", "median", "std", "measured by"), self.rows()),
+        ]
+        return "\n".join(lines + ([self.note] if self.note else []))
+
+
+def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
+    """Seconds per call of each repeat, from a TVM `time_evaluator`."""
+    return tuple(float(s) for s in evaluator(*args).results)
+
+
+def wall_clock_samples(
+    func: Callable, args: Sequence, number: int, repeat: int
+) -> tuple[float, ...]:
+    """Seconds per call of each repeat of `number` calls, after one warm-up call."""
+    synchronize = _synchronizer(args)
+    func(*args)
+    samples = []
+    for _ in range(repeat):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(number):
+            func(*args)
+        synchronize()
+        samples.append((time.perf_counter() - start) / number)
+    return tuple(samples)
+
+
+def _synchronizer(args: Sequence) -> Callable[[], None]:
+    """Wait for a GPU's queued work when the inputs live on one, so that a loop times the work."""
+    if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def name_of(func: Callable) -> str:
+    """`torch.matmul`, `my_fn`, or the repr of what has no name."""
+    name = getattr(func, "__name__", None)
+    if name is None:
+        return repr(func)
+    return f"torch.{name}" if getattr(torch, name, None) is func else name
+
+
+def duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds:.3f} s"
