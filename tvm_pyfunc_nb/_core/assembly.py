@@ -49,7 +49,9 @@ class UpdateResult:
     """What a cell run (or an `add`, a schedule...) changed, for the notices a user reads."""
 
     module: str
+    by: str = "this cell"  # what made the change: a cell, or `demo.add_torch(MLP)`...
     defined: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # kind of each defined function
     removed: list[str] = field(default_factory=list)
     replaced: dict[str, str] = field(
         default_factory=dict
@@ -57,6 +59,33 @@ class UpdateResult:
     restored: dict[str, str] = field(default_factory=dict)  # name -> the earlier definition back
     waiting: dict[str, list[str]] = field(default_factory=dict)  # Relax fn -> pyfuncs not there yet
     compiled: list = field(default_factory=list)  # CompileRecords of an eager compile
+    shadowed: list[str] = field(
+        default_factory=list
+    )  # defined names a live module's own attr hides
+
+    def __repr__(self) -> str:
+        return notices_text(self)
+
+
+def notices_text(result: UpdateResult, by: str | None = None) -> str:
+    """What a change did, in lines a user reads (the cell view's text, `add`'s output)."""
+    defined = ", ".join(f"{n} ({result.kinds.get(n, '?')})" for n in result.defined)
+    lines = [f"{result.module}: {by or result.by} defines {defined or 'nothing'}"]
+    lines += [f"  {n} replaces the definition from {o}" for n, o in result.replaced.items()]
+    lines += [f"  {n} is the definition from {o} again" for n, o in result.restored.items()]
+    if result.removed:
+        lines.append(f"  removed from {result.module}: {', '.join(result.removed)}")
+    lines += [
+        f"  {fn} calls pyfunc {', '.join(names)} with R.call_py_func, which is not defined yet "
+        "(define it before calling; nothing will need recompiling)"
+        for fn, names in result.waiting.items()
+    ]
+    lines += [
+        f"  {n} is also the name of a live module attribute: "
+        f"call it with {result.module}.get_function({n!r})"
+        for n in result.shadowed
+    ]
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -201,7 +230,12 @@ class Assembly:
     def _describe(self, state: ModuleState, contribution: Contribution | None) -> UpdateResult:
         before = self.state.entries
         defined = list(contribution.functions) if contribution else []
-        result = UpdateResult(self.module_name, defined=defined)
+        result = UpdateResult(
+            self.module_name,
+            by=contribution.origin if contribution else "removing functions",
+            defined=defined,
+            kinds={name: state.entries[name].kind for name in defined if name in state.entries},
+        )
         for name in defined:
             earlier = before.get(name)
             if earlier is not None and earlier.contribution != contribution.key:

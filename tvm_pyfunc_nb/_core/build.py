@@ -102,11 +102,25 @@ class CompileStats:
                 row(name)[where] += hits
         return table
 
-    def __repr__(self) -> str:
+    def summary(self) -> str:
         return (
-            f"CompileStats({len(self.compiles)} compiles, {self.seconds:.3f} s, "
-            f"{self.cache_hits} cache hits)"
+            f"{len(self.compiles)} TVM compiles ({self.seconds:.3f} s); a cache served "
+            f"{self.cache_hits} ({sum(self.served['memory'].values())} kept in memory, "
+            f"{sum(self.served['disk'].values())} from the compile cache on disk)"
         )
+
+    def rows(self) -> list[tuple[str, int, str, int, int]]:
+        """`(function, compiles, compile seconds, served from memory, served from disk)`."""
+        return [
+            (name, int(r["compiles"]), f"{r['seconds']:.3f} s", int(r["memory"]), int(r["disk"]))
+            for name, r in self.by_function().items()
+        ]
+
+    def __repr__(self) -> str:
+        from .tracing import text_table
+
+        header = ("function", "compiles", "compile time", "from memory", "from disk")
+        return f"{self.summary()}\n{text_table(header, self.rows())}"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class CallRecord:
     end: float  # perf_counter() when it returned
     compiled: tuple = ()  # CompileRecords this call triggered
     error: BaseException | None = None
+    compile_seconds: float = 0.0  # spent compiling during the call (not in `seconds`)
 
     @property
     def when(self) -> float:
@@ -107,8 +108,10 @@ class CallTable:
         error: BaseException | None = None,
     ) -> None:
         end = time.perf_counter()
-        own = end - start - (self._stats.seconds - compile_mark)
-        self.records[name] = CallRecord(args, result, own, end, compiled, error)
+        compiling = self._stats.seconds - compile_mark
+        self.records[name] = CallRecord(
+            args, result, end - start - compiling, end, compiled, error, compiling
+        )
 
     # -- the callables ---------------------------------------------------------------
     def pyfunc_callable(self, entry: FunctionEntry, live: object) -> Callable:
@@ -132,7 +135,8 @@ class CallTable:
                     raise
                 raise error from err
             end = perf_counter()
-            records[name] = CallRecord(args, out, end - start - (stats.seconds - mark), end)
+            compiling = stats.seconds - mark
+            records[name] = CallRecord(args, out, end - start - compiling, end, (), None, compiling)
             return out
 
         _describe(call, entry)

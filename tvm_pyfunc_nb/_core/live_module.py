@@ -136,6 +136,8 @@ class LiveModule:
         self._build.on_compile = lambda kind, names: front_end.current().compiling(
             me(), kind, names
         )
+        # names `NAME.<name>` gives the module's own, not a function's
+        self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
 
     # -- contributions -------------------------------------------------------------
     def run_cell(
@@ -240,6 +242,7 @@ class LiveModule:
         return result
 
     def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
+        proposal.result.shadowed = [n for n in proposal.result.defined if n in self._own_names]
         if eager:
             proposal.result.compiled = self._compile_state(proposal.state, use_cache=True)
         self._commit(proposal)

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from .._core.front_end import FrontEnd, Progress
 from .._core.live_module import LiveModule, UpdateResult
 from . import render
-from .widgets import CellWidget, ModuleWidget
+from .widgets import CellWidget, ModuleWidget, ProgressLine
 
 SHOW_COMPILE_AFTER = 0.5  # seconds a compile runs before the views show it
 TICK = 0.25  # seconds between updates of a running compile's line
@@ -100,7 +100,7 @@ class NotebookFrontEnd(FrontEnd):
         return watch(kind, names)
 
     def progress(self, live: LiveModule, title: str, total: int) -> Progress:
-        return ViewProgress(live, title, total)
+        return ViewProgress(title, total)
 
 
 class CompileWatch:
@@ -148,18 +148,16 @@ class CompileWatch:
 
 
 class ViewProgress(Progress):
-    """Long work (tuning) shown as a line in the module's views, and as a text bar on stdout."""
+    """Long work (tuning) shown as a progress line in the output of the cell that runs it."""
 
-    def __init__(self, live: LiveModule, title: str, total: int):
-        self._live = weakref.ref(live)
-        self.title, self.total = title, total
-        self.step(0)
+    def __init__(self, title: str, total: int):
+        from IPython.display import display
+
+        self.line = ProgressLine(title, total)
+        display(self.line)
 
     def step(self, done: int, note: str = "") -> None:
-        _show_progress(self._live(), render.work_progress_html(self.title, done, self.total, note))
-
-    def close(self) -> None:
-        _show_progress(self._live(), "")
+        self.line.step(done, note)
 
 
 def _show_progress(live: LiveModule | None, html: str) -> None:
@@ -174,9 +172,31 @@ def _live_module_bundle(live: LiveModule) -> dict:
     return module_view(live)._repr_mimebundle_()
 
 
+def _html_views() -> dict[type, object]:
+    """The HTML of the core's results, next to their own text repr."""
+    from .._core.build import CompileStats
+    from .._core.comparing import Comparison
+    from .._core.timing import Timing
+    from .._core.tracing import Trace
+
+    return {
+        Trace: render.trace_html,
+        Comparison: render.comparison_html,
+        Timing: render.timing_html,
+        CompileStats: render.stats_html,
+        UpdateResult: render.update_html,
+    }
+
+
 def register_formatters(shell) -> None:
-    shell.display_formatter.mimebundle_formatter.for_type(LiveModule, _live_module_bundle)
+    formatters = shell.display_formatter
+    formatters.mimebundle_formatter.for_type(LiveModule, _live_module_bundle)
+    for kind, view in _html_views().items():
+        formatters.formatters["text/html"].for_type(kind, view)
 
 
 def unregister_formatters(shell) -> None:
-    shell.display_formatter.mimebundle_formatter.pop(LiveModule, None)
+    formatters = shell.display_formatter
+    formatters.mimebundle_formatter.pop(LiveModule, None)
+    for kind in _html_views():
+        formatters.formatters["text/html"].pop(kind, None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from .._core.assembly import notices_text
 from .._core.build import CompileRecord
 from .._core.calls import CallRecord
 from .._core.cells import PRIMFUNC, PYFUNC, RELAX
@@ -33,6 +35,7 @@ from ..errors import TVMModuleError
 
 MAX_VALUES = 6  # values of a tensor shown in a results pane
 MAX_REPR = 80  # characters of a non-tensor value shown
+MAX_CODE_LINES = 2000  # lines of lowered IR or generated code a pane shows
 
 
 def escape(text: object) -> str:
@@ -132,7 +135,7 @@ def compiles_during(live: LiveModule, record: CallRecord) -> list[CompileRecord]
     """
     if record.compiled:
         return list(record.compiled)
-    start = record.when - record.seconds
+    start = record.when - record.seconds - record.compile_seconds
     during = []
     for compile_ in reversed(live.stats.compiles):
         if compile_.when < start:
@@ -150,7 +153,11 @@ def results_html(live: LiveModule, name: str, record: CallRecord | None) -> str:
         return f'<div style="{_PANE}"><div>{title}</div>{_muted("not called yet", "div")}</div>'
     when = time.strftime("%H:%M:%S", time.localtime(record.when))
     head = f'<div style="margin-bottom:4px">{title} '
-    head += _muted(f"latest call {when} · {_duration(record.seconds)}") + "</div>"
+    spent = f"{_duration(record.seconds)} run"
+    if record.compile_seconds or record.compiled:
+        compiled = record.compile_seconds or sum(c.seconds for c in record.compiled)
+        spent += f" + {_duration(compiled)} compile"
+    head += _muted(f"latest call {when} · {spent}") + "</div>"
     args, outputs = call_summaries(live, name, record)
     first = "args" if kind == PRIMFUNC else "in"  # a PrimFunc's arguments include its outputs
     rows = [_value_row(first if i == 0 else "", v) for i, v in enumerate(args)]
@@ -203,6 +210,23 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def muted_html(text: str) -> str:
+    return _muted(escape(text), "div")
+
+
+def code_view_html(make: Callable[[], str]) -> str:
+    """The highlighted text `make()` returns (its first lines, if long), or the error it raised."""
+    try:
+        text = make()
+    except TVMModuleError as err:
+        return f'<pre style="{_ERROR}">{escape(_error_text(err))}</pre>'
+    lines = text.splitlines()
+    if len(lines) > MAX_CODE_LINES:
+        more = f"... {len(lines) - MAX_CODE_LINES} more lines (the method returns all of them)"
+        text = "\n".join([*lines[:MAX_CODE_LINES], more])
+    return script_html(text)
+
+
 def _badge(kind: str) -> str:
     colour = _KIND_COLOURS.get(kind, "#666")
     return f'<span style="{_BADGE}background:{colour}">{escape(kind)}</span>'
@@ -231,32 +255,39 @@ def compile_progress_html(compiling: list[tuple[str, tuple[str, ...], float]]) -
 
 
 # -- a cell ----------------------------------------------------------------------------
-def cell_text(live: LiveModule, result: UpdateResult) -> str:
-    kinds = live.functions
-    defined = ", ".join(f"{name} ({kinds.get(name, '?')})" for name in result.defined)
-    lines = [f"{result.module}: this cell defines {defined or 'nothing'}"]
-    lines += [
-        f"  {name} replaces the definition from {origin}"
-        for name, origin in result.replaced.items()
-    ]
-    if result.removed:
-        lines.append(f"  removed from {result.module}: {', '.join(result.removed)}")
-    return "\n".join(lines)
+def cell_text(result: UpdateResult, by: str | None = "this cell") -> str:
+    return notices_text(result, by)
 
 
-def notices_html(live: LiveModule, result: UpdateResult) -> str:
-    kinds = live.functions
+def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
+    """The notices of a change as HTML: the same lines as `notices_text`, names in code."""
     defined = ", ".join(
-        f"<code>{escape(n)}</code> {_badge(kinds.get(n, '?'))}" for n in result.defined
+        f"<code>{escape(n)}</code> {_badge(result.kinds.get(n, '?'))}" for n in result.defined
     )
-    lines = [f"<b>{escape(result.module)}</b>: this cell defines {defined or 'nothing'}"]
+    module = escape(result.module)
+    lines = [f"<b>{module}</b>: {escape(by or result.by)} defines {defined or 'nothing'}"]
     lines += [
         f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
         for n, origin in result.replaced.items()
     ]
+    lines += [
+        f"<code>{escape(n)}</code> is the definition from {escape(origin)} again"
+        for n, origin in result.restored.items()
+    ]
     if result.removed:
         removed = ", ".join(f"<code>{escape(n)}</code>" for n in result.removed)
-        lines.append(f"removed from {escape(result.module)}: {removed}")
+        lines.append(f"removed from {module}: {removed}")
+    lines += [
+        f"<code>{escape(fn)}</code> calls pyfunc "
+        f"{', '.join(f'<code>{escape(n)}</code>' for n in names)} with R.call_py_func, which is "
+        "not defined yet (define it before calling; nothing will need recompiling)"
+        for fn, names in result.waiting.items()
+    ]
+    lines += [
+        f"<code>{escape(n)}</code> is also the name of a live module attribute: call it with "
+        f"<code>{module}.get_function({escape(repr(n))})</code>"
+        for n in result.shadowed
+    ]
     if result.compiled:
         lines.append("compiled now: " + ", ".join(escape(c) for c in result.compiled))
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
@@ -269,7 +300,7 @@ def cell_html(live: LiveModule, result: UpdateResult, scripts: dict[str, str]) -
         )
         for name in result.defined
     ]
-    return f'<div style="{_VIEW}">{notices_html(live, result)}{"".join(rows)}</div>'
+    return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
 
 
 # -- a module --------------------------------------------------------------------------
@@ -403,3 +434,80 @@ _ERROR = (
 _PROGRESS = _FONT + "padding:2px 8px;color:#8a5a00;background:rgba(255,176,0,0.12);"
 _BADGE = "color:white;border-radius:3px;padding:0 5px;font-size:11px;"
 _KIND_COLOURS = {PYFUNC: "#3572a5", PRIMFUNC: "#b0601a", RELAX: "#2e7d32"}
+
+
+# -- results of looking inside: trace, compare, time, stats --------------------------------
+def table_html(header: tuple[str, ...], rows: list[tuple], marked: int | None = None) -> str:
+    """A plain table; row `marked` (an index) is highlighted."""
+    head = "".join(f'<th style="{_CELL}">{escape(h)}</th>' for h in header)
+    body = []
+    for i, row in enumerate(rows):
+        style = _MARKED if i == marked else ""
+        cells = "".join(f'<td style="{_CELL}">{escape(c)}</td>' for c in row)
+        body.append(f'<tr style="{style}">{cells}</tr>')
+    return f'<table style="{_FONT}{_TABLE}"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def _titled(title: str, *parts: str) -> str:
+    return f'<div style="{_VIEW}"><div><b>{escape(title)}</b></div>{"".join(parts)}</div>'
+
+
+def trace_html(trace) -> str:
+    header = ("binding", "op", "shape", "dtype", "min / max / mean")
+    title = f"trace of {trace.function}: {len(trace)} intermediates"
+    return _titled(title, table_html(header, trace.rows()))
+
+
+def comparison_html(comparison) -> str:
+    verdict_style = (
+        _PASSED if comparison.passed and comparison.first_divergence is None else _FAILED
+    )
+    parts = [
+        f'<div style="{verdict_style}">{escape(comparison.verdict())}</div>',
+        table_html(("output", "max abs", "max rel", ""), comparison.output_rows()),
+    ]
+    if comparison.ops is not None:
+        first = comparison.first_divergence
+        marked = comparison.ops.index(first) if first is not None else None
+        parts += [
+            _muted("op by op: each binding against the PyTorch node it came from", "div"),
+            table_html(
+                ("binding", "op", "PyTorch", "max abs", "max rel", ""), comparison.op_rows(), marked
+            ),
+        ]
+    elif comparison.why_not_op_by_op:
+        parts.append(_muted(escape(comparison.why_not_op_by_op), "div"))
+    return _titled(f"compare {comparison.function}", *parts)
+
+
+def timing_html(timing) -> str:
+    parts = [table_html(("", "mean", "median", "std", "measured by"), timing.rows())]
+    if timing.note:
+        parts.append(_muted(escape(timing.note), "div"))
+    return _titled(timing.verdict(), *parts)
+
+
+def stats_html(stats) -> str:
+    header = ("function", "compiles", "compile time", "from memory", "from disk")
+    return _titled(stats.summary(), table_html(header, stats.rows()))
+
+
+def update_html(result: UpdateResult) -> str:
+    return notices_html(result, by=None)
+
+
+def work_progress_html(title: str, done: int, total: int, note: str) -> str:
+    """A line for long work in progress: `tuning k: 5 of 16 trials · best 0.7 ms`."""
+    width = int(100 * done / total) if total else 0
+    bar = (
+        f'<span style="display:inline-block;width:10em;height:0.7em;border:1px solid #8a5a00;'
+        f'vertical-align:middle"><span style="display:block;height:100%;width:{width}%;'
+        f'background:#e0a030"></span></span>'
+    )
+    detail = f" · {escape(note)}" if note else ""
+    return f'<div style="{_PROGRESS}">{escape(title)}: {bar} {done} of {total}{detail}</div>'
+
+
+_MARKED = "background:rgba(176,0,32,0.10);"
+_PASSED = _FONT + "color:#2e7d32;font-weight:bold;"
+_FAILED = _FONT + "color:#b00020;font-weight:bold;"

@@ -11,22 +11,49 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from .._core.cells import PYFUNC
 from .._core.live_module import LiveModule, UpdateResult
 from . import render
 
 
 class FunctionPane(widgets.HBox):
-    """One function: its script left, its latest call right."""
+    """One function: its script left (or, on demand, its lowered IR or generated code), its
+    latest call right."""
 
     def __init__(self, live: LiveModule, name: str, script: str):
         self.live, self.name = live, name
-        self._run = live.entry(name).run  # which definition of `name` this pane shows
+        entry = live.entry(name)
+        self._run = entry.run  # which definition of `name` this pane shows
         self._shown: object = _NOTHING
-        self.script = widgets.HTML(render.script_html(script), layout=_column("3 1 0%", "0"))
+        self._texts = {"script": render.script_html(script)}
+        self.script = widgets.HTML(self._texts["script"])
+        code = [self.script]
+        if entry.kind != PYFUNC:  # TVM compiles it: what it made can be looked at
+            self.views = widgets.ToggleButtons(
+                options=VIEWS, value="script", style={"button_width": "6em"}
+            )
+            self.views.observe(self._show_view, "value")
+            code.insert(0, self.views)
         self.results = widgets.HTML(layout=_column("2 1 0%", "16em"))
         row = widgets.Layout(width="100%", grid_gap="12px")
-        super().__init__([self.script, self.results], layout=row)
+        super().__init__(
+            [widgets.VBox(code, layout=_column("3 1 0%", "0")), self.results], layout=row
+        )
         self.refresh()
+
+    def _show_view(self, change) -> None:
+        """Computed on a click, never on a call's path, and kept for this definition."""
+        view = change["new"]
+        if view not in self._texts:
+            self.script.value = render.muted_html(f"computing the {view} view…")
+            self._texts[view] = render.code_view_html(
+                lambda: (
+                    self.live.lowered(self.name)
+                    if view == "lowered"
+                    else self.live.source(self.name)
+                )
+            )
+        self.script.value = self._texts[view]
 
     def refresh(self) -> None:
         """Render the results again if the latest call changed, or say why they no longer do."""
@@ -90,14 +117,14 @@ class CellWidget(_View):
         members = render.scripts(live)[1] if result.defined else {}
         self.scripts = {name: members[name] for name in result.defined}
         self.panes = [FunctionPane(live, name, self.scripts[name]) for name in result.defined]
-        super().__init__([widgets.HTML(render.notices_html(live, result)), *self.panes])
+        super().__init__([widgets.HTML(render.notices_html(result)), *self.panes])
 
     def refresh(self) -> None:
         for pane in self.panes:
             pane.refresh()
 
     def text(self) -> str:
-        return render.cell_text(self.live, self.result)
+        return render.cell_text(self.result)
 
     def html(self) -> str:
         return render.cell_html(self.live, self.result, self.scripts)
@@ -149,6 +176,23 @@ class ModuleWidget(_View):
         return render.module_html(self.live)
 
 
+class ProgressLine(widgets.HTML):
+    """Long work (a tuning run) in progress, in the output of the cell that started it."""
+
+    def __init__(self, title: str, total: int):
+        self.title, self.total, self.done, self.note = title, total, 0, ""
+        super().__init__(render.work_progress_html(title, 0, total, ""))
+
+    def step(self, done: int, note: str) -> None:
+        self.done, self.note = done, note
+        self.value = render.work_progress_html(self.title, done, self.total, note)
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/plain"] = f"{self.title}: {self.total} steps"
+        return bundle
+
+
 def close_tree(children) -> None:
     for child in children:
         close_tree(getattr(child, "children", ()))
@@ -170,3 +214,4 @@ def _column(flex: str, min_width: str) -> widgets.Layout:
 
 
 _NOTHING, _REPLACED = object(), object()
+VIEWS = ("script", "lowered", "source")
