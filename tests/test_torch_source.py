@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from cells import ADD_TIR, RELAX_CALLS_BOTH, SCALE_PYFUNC
 
+from tvm_pyfunc_nb._core import torch_source
+
 MLP = """
 @R.function
 def mlp(
@@ -63,14 +65,15 @@ def test_what_cannot_be_mapped_is_flagged_in_the_text_and_the_text_stays_python(
 @R.function
 def odd(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
     y = R.cumsum(x, axis=0)
-    z = R.multiply(R.nn.rms_norm(y, x, axes=[0]), x)
+    z = R.multiply(R.cumsum(y, axis=0, exclusive=True), x)
     return R.astype(R.astype(z, "float16"), "float32")
 """,
     )
     demo = shell.ns["demo"]
     source = demo.as_torch("odd")
     compile(source, "<as_torch odd>", "exec")
-    assert "REVIEW" in source and "rms_norm" in source and "step(s) need attention" in source
+    assert "REVIEW" in source and "exclusive=True is not translated" in source
+    assert "step(s) need attention" in source
     assert "torch.cumsum(x, dim=0)" in source and ".to(torch.float16)" in source
 
 
@@ -81,3 +84,19 @@ def test_call_tir_text_runs_with_symbolic_sizes(shell):
     assert torch.equal(
         run_source(demo.as_torch("pipeline"), "pipeline", demo, x, x), demo.pipeline(x, x)
     )
+
+
+def test_an_attribute_no_rule_reads_is_flagged(shell, monkeypatch):
+    monkeypatch.setitem(
+        torch_source._RULES, "relax.nn.softmax", lambda op: f"F.softmax({op.args[0]})"
+    )
+    shell.cell(
+        "demo",
+        """
+@R.function
+def probs(x: R.Tensor((2, 3), "float32")) -> R.Tensor((2, 3), "float32"):
+    return R.nn.softmax(x, axis=0)
+""",
+    )
+    flag = "# REVIEW: `relax.nn.softmax` attributes ['axis'] are not translated"
+    assert f"F.softmax(x)  {flag}" in shell.ns["demo"].as_torch("probs")
