@@ -8,7 +8,11 @@ while `%tb` still has the full chain (`__cause__`).
 
 from __future__ import annotations
 
+import re
+
 MAX_DETAIL_LINES = 12
+# TVM's assertion prefix, `Check failed: (IsBaseOf(a, b)) is false: `, says nothing to a user
+_CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false:\s*")
 
 
 class TVMModuleError(Exception):
@@ -97,5 +101,5 @@ def last_reason(err: BaseException) -> str:
     """The one line that says why TVM failed: its last line that is not backtrace noise, capped."""
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
     useful = [ln for ln in lines if not _is_noise(ln)]
-    text = useful[-1] if useful else type(err).__name__
+    text = _CHECK_FAILED.sub("", useful[-1]) if useful else type(err).__name__
     return text if len(text) < 300 else text[:297] + "..."

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 from tvm.ir import GlobalVar
 
@@ -282,10 +283,13 @@ def _check_well_formed(
         relax.analysis.well_formed(ir_mod)
     except Exception as err:
         culprit = _ill_formed_function(ir_mod, entries)
+        line = None
+        if culprit is not None and culprit.line is not None:  # a cell's: spans are cell lines
+            line = _ill_formed_binding_line(ir_mod, culprit.name) or culprit.line
         raise IllFormedModuleError(
             f"the module is not well formed: {last_reason(err)}",
             function=culprit.name if culprit else None,
-            line=culprit.line if culprit else None,
+            line=line,
         ) from err
     for name in fresh:
         entry = entries.get(name)
@@ -300,12 +304,66 @@ def _check_prim_func(entry: FunctionEntry) -> None:
         if not entry.func.attrs.get("s_tir", False):
             tirx.analysis.verify_tirx_well_formed(entry.func)
     except Exception as err:
+        sblock = _first_sblock_line(entry.func) if "SBlock" in str(err) else None
+        if sblock is not None:
+            raise IllFormedModuleError(
+                "uses T.sblock, which a plain @T.prim_func does not allow: write "
+                "@T.prim_func(s_tir=True) for a kernel with blocks (blocks are what schedules "
+                "work on), or plain loops without T.sblock",
+                function=entry.name,
+                line=sblock if entry.line else None,
+            ) from err
         raise IllFormedModuleError(
             f"not a well-formed PrimFunc: {last_reason(err)}", function=entry.name, line=entry.line
         ) from err
     outside = out_of_bounds(entry.func)  # running it could corrupt memory or segfault
     if outside:
         raise IllFormedModuleError(outside[0], function=entry.name, line=outside[1] or entry.line)
+
+
+def _first_sblock_line(func: tirx.PrimFunc) -> int | None:
+    lines: list[int] = []
+
+    def visit(node) -> None:
+        span = getattr(node, "span", None)
+        if span is not None and span.line > 0:
+            lines.append(span.line)
+
+    tvm_ffi.structural_walk(func.body, [((tvm.s_tir.SBlock, tvm.s_tir.SBlockRealize), visit)])
+    return min(lines) if lines else None
+
+
+def _ill_formed_binding_line(ir_mod: tvm.IRModule, name: str) -> int | None:
+    """The source line of the first binding of Relax function `name` after which it is ill formed.
+
+    Found by checking the function cut after its first k bindings (a binary search), each cut
+    returning its last binding; the bindings keep their parse spans, so the line is a cell line.
+    """
+    func = ir_mod[name]
+    spans = [b.value.span for block in func.body.blocks for b in block.bindings]
+    plain = relax.transform.ToNonDataflow()(tvm.IRModule({name: func}))[name]
+    bindings = [b for block in plain.body.blocks for b in block.bindings]
+
+    def well_formed_up_to(k: int) -> bool:
+        last = bindings[k - 1].var
+        body = relax.BlockBuilder().normalize(
+            relax.SeqExpr([relax.BindingBlock(bindings[:k])], last)
+        )
+        cut = relax.Function(plain.params, body, last.ty, plain.is_pure, plain.attrs)
+        functions = {gv: cut if gv.name_hint == name else f for gv, f in ir_mod.functions_items()}
+        return relax.analysis.check_well_formed(tvm.IRModule(functions, attrs=ir_mod.attrs))
+
+    try:
+        low, high = 1, len(bindings)
+        if not bindings or well_formed_up_to(high):
+            return None
+        while low < high:  # the first k with an ill-formed cut
+            middle = (low + high) // 2
+            low, high = (middle + 1, high) if well_formed_up_to(middle) else (low, middle)
+    except Exception:  # a cut TVM cannot even build: no binding to point at
+        return None
+    span = spans[low - 1] if len(spans) == len(bindings) else None
+    return span.line if span is not None and span.line > 0 else None
 
 
 def _ill_formed_function(ir_mod: tvm.IRModule, entries: Mapping[str, FunctionEntry]):

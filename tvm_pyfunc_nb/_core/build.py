@@ -346,6 +346,22 @@ class Build:
         """The Relax VM of `mod` on this build's device (`link`, then loaded once)."""
         return self.link(mod, use_cache=use_cache).vm(self.device)
 
+    def export_library(self, mod: tvm.IRModule, kernels: dict[str, object], path: str) -> list[str]:
+        """Link the Relax functions of `mod` and every library in `kernels` into one file at
+        `path`, as `tvm.runtime.load_module` loads it; returns the kernels' names."""
+        builder = relax.ExecBuilder()
+        linked: dict[str, object] = {}
+        if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
+            leftover = _vmcodegen(builder, self.lower(mod))
+            linked = {gv.name_hint: self.kernel(gv.name_hint, f) for gv, f in _prim_funcs(leftover)}
+        linked.update({name: lib for name, lib in kernels.items() if name not in linked})
+        try:
+            executable = _vm_ffi.VMLink(builder, self.target, None, list(linked.values()), {})
+            executable.export_library(path)
+        except Exception as err:
+            raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
+        return list(linked)
+
     def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
         """`mod` after this module's Relax pipeline, for the target."""
         with self.target:

@@ -86,15 +86,20 @@ def _dim(value) -> int | str | None:
 
 # What the crash guards' asserts say (see crash_guards.guard_division / guard_bounds)
 RUNTIME_GUARD = re.compile(
-    r"(integer division or remainder by zero|index out of bounds) in `[^`]+`"
+    r"((?:integer division or remainder by zero|index out of bounds) in `[^`]+`)(?: at line (\d+))?"
 )
 
 
 def explain_bad_call(
-    function: str, specs: list[TensorSpec] | None, args: Sequence, err: BaseException, device=None
+    function: str,
+    specs: list[TensorSpec] | None,
+    args: Sequence,
+    err: BaseException,
+    device=None,
+    cell_lines: bool = False,
 ) -> CallError:
     """The clearest message for a call TVM refused: count, device, dtype, shape, else TVM's own
-    reason.
+    reason. `cell_lines`: the function's source lines are cell lines (a run-time check names one).
     """
     if specs is not None:
         if len(args) != len(specs):
@@ -120,7 +125,8 @@ def explain_bad_call(
     reason = shorten(str(err), 4) or type(err).__name__
     stopped = RUNTIME_GUARD.search(str(err))
     if stopped:  # the arguments were fine; a kernel's own run-time check failed
-        return CallError(f"stopped while running: {stopped.group(0)}", function=function)
+        line = int(stopped.group(2)) if stopped.group(2) and cell_lines else None
+        return CallError(f"stopped while running: {stopped.group(1)}", function=function, line=line)
     return CallError(f"TVM refused the call: {reason}", function=function)
 
 
@@ -200,24 +206,29 @@ def output_specs(out_ty) -> list[tuple[list, str]]:
 
 
 def allocate_outputs(
-    prim_func: tirx.PrimFunc, function: str, args: Sequence, out_ty
+    prim_func: tirx.PrimFunc | None, function: str, args: Sequence, out_ty
 ) -> list[torch.Tensor]:
-    """Empty outputs of the declared dtype; symbolic dims are bound from the inputs' shapes."""
+    """Empty outputs of the declared dtype.
+
+    A symbolic size is bound by name from the kernel's parameters (`n` of `A: T.Buffer((n,))`),
+    else by position, as upstream does: from the first input of the output's rank.
+    """
     bindings: dict[str, int] | None = None  # worked out only for an output with a symbolic size
     outputs = []
-    for dims, dtype in output_specs(out_ty):
+    for index, (dims, dtype) in enumerate(output_specs(out_ty)):
         shape = _static_shape(dims)
         if shape is None:
             bindings = _input_sizes(prim_func, args) if bindings is None else bindings
-            shape = [_concrete(d, bindings, function) for d in dims]
+            shape = _by_position(
+                dims, [_concrete(d, bindings, function) for d in dims], args, index, function
+            )
         if shape and min(shape) < 0:
             raise CallError(
                 f"out_ty asks for an output of negative size {shape}", function=function
             )
         try:
-            torch_dtype = to_torch_dtype(
-                dtype
-            )  # sizes as separate arguments: torch takes them faster than a list
+            # sizes as separate arguments: torch takes them faster than a list
+            torch_dtype = to_torch_dtype(dtype)
             outputs.append(
                 torch.empty(*shape, dtype=torch_dtype)
                 if shape
@@ -244,35 +255,53 @@ def _static_shape(dims) -> list[int] | None:
     return shape
 
 
-def _input_sizes(prim_func: tirx.PrimFunc, args: Sequence) -> dict[str, int]:
+def _input_sizes(prim_func: tirx.PrimFunc | None, args: Sequence) -> dict[str, int]:
     """The value of each symbolic size in `prim_func`'s parameters, as the inputs `args` give it."""
     bindings: dict[str, int] = {}
-    for param, arg in zip(prim_func.params, args, strict=False):
+    for param, arg in zip(prim_func.params if prim_func else (), args, strict=False):
         for dim, size in zip(getattr(param, "shape", ()), getattr(arg, "shape", ()), strict=False):
             if isinstance(dim, tirx.Var):
                 bindings.setdefault(dim.name, int(size))
     return bindings
 
 
-def _concrete(dim, bindings: dict[str, int], function: str) -> int:
+def _by_position(dims, shape: list, args: Sequence, index: int, function: str) -> list[int]:
+    """Sizes no name told (None), from the first input of the output's rank, by position."""
+    unknown = [axis for axis, size in enumerate(shape) if size is None]
+    if not unknown:
+        return shape
+    for arg in args:
+        arg_shape = getattr(arg, "shape", None)
+        if arg_shape is not None and len(arg_shape) == len(dims):
+            return [
+                int(arg_shape[axis]) if size is None else size for axis, size in enumerate(shape)
+            ]
+    axis = unknown[0]
+    name = _name_of_size(dims[axis])
+    raise CallError(
+        f"cannot tell size {name} (axis {axis} of output {index}) from the inputs: no input has "
+        f"{len(dims)} dimensions to take it from by position; give out_ty a number there",
+        function=function,
+    )
+
+
+def _name_of_size(dim) -> str:
+    if isinstance(dim, str):
+        return f"`{dim}`"
+    names = [v.name for v in _vars_of(dim)] if not isinstance(dim, int) else []
+    return f"`{names[0]}`" if names and names[0] else f"`{dim}`"
+
+
+def _concrete(dim, bindings: dict[str, int], function: str) -> int | None:
+    """A size as a number, or None if it names a size no input's parameter has."""
     if isinstance(dim, int):
         return dim
     if isinstance(dim, str):  # R.Tensor(("n",), ...) outside a parse: the size is known by name
-        if dim not in bindings:
-            raise CallError(
-                f"cannot tell the size `{dim}` of an output from the inputs; "
-                f"known sizes: {bindings or 'none'}",
-                function=function,
-            )
-        return bindings[dim]
+        return bindings.get(dim)
     analyzer = Analyzer()
     for var in _vars_of(dim):
         if var.name not in bindings:
-            raise CallError(
-                f"cannot tell the size `{var.name}` of an output from the inputs; "
-                f"known sizes: {bindings or 'none'}",
-                function=function,
-            )
+            return None
         analyzer.bind(var, tirx.IntImm(str(var.ty), bindings[var.name]))
     value = analyzer.simplify(dim)
     if not isinstance(value, tirx.IntImm):

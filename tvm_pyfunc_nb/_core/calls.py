@@ -151,6 +151,7 @@ class CallTable:
         outlive a change, and then it asks the table again instead of keeping old code alive.
         """
         name, specs, version, table = entry.name, specs_of(entry.func), self.version, self
+        cell_lines = entry.line is not None
         holder, stats = [function], self._stats
         perf_counter, tensor, records = time.perf_counter, torch.Tensor, self.records
 
@@ -192,7 +193,7 @@ class CallTable:
                 if was_cleared(err):  # e.g. by an upstream BasePyModule.__del__
                     # not `call`: a closure naming itself is a cycle that keeps the VM alive
                     return table.handle(name)(*args)
-                error = refused(name, specs, args, err, device)
+                error = refused(name, specs, args, err, device, cell_lines)
                 table.record(name, args, None, start, stats.seconds, (), error)
                 # a pyfunc's error keeps its own traceback
                 raise error from (error.__cause__ or err)
@@ -211,14 +212,18 @@ class CallTable:
         try:
             out = function(*to_tvm_args(args))
         except Exception as err:
-            error = refused(entry.name, specs_of(entry.func), args, err, device)
+            error = refused(
+                entry.name, specs_of(entry.func), args, err, device, entry.line is not None
+            )
             raise error from (error.__cause__ or err)
         return to_torch(out)
 
 
-def refused(name: str, specs, args: tuple, err: Exception, device) -> TVMModuleError:
+def refused(
+    name: str, specs, args: tuple, err: Exception, device, cell_lines: bool = False
+) -> TVMModuleError:
     """The package's error for a compiled call TVM refused (or a pyfunc it called that raised)."""
-    error = take_pending_error() or explain_bad_call(name, specs, args, err, device)
+    error = take_pending_error() or explain_bad_call(name, specs, args, err, device, cell_lines)
     if not isinstance(error, TVMModuleError):
         error = pyfunc_error(getattr(error, "function", name), None, error)
     return error

@@ -36,7 +36,7 @@ from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
 # Part of the compile cache's key: a library built under other guards is another library.
-GUARDS_VERSION = 1
+GUARDS_VERSION = 2
 
 _EXTERN_CALLS = {"tirx.call_extern", "tirx.call_pure_extern", "tirx.call_cpacked"}
 _DIVISIONS = (tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod)
@@ -123,7 +123,7 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
     """
     if not _divisors_in(func.body):
         return func
-    message = [tvm.ir.StringImm(f"integer division or remainder by zero in `{name}`")]
+    what = f"integer division or remainder by zero in `{name}`"
 
     def guard(stmt, mutator):
         new = mutator.default_mutate(stmt)
@@ -132,7 +132,8 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
         ]
         if not divisors:
             return new
-        return _asserted([tirx.NE(d, tirx.const(0, str(d.ty))) for d in divisors], message, new)
+        checks = [tirx.NE(d, tirx.const(0, str(d.ty))) for d in divisors]
+        return _asserted(checks, _message(what, stmt), new)
 
     return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), guard)])
 
@@ -177,6 +178,13 @@ def _evaluated(node, pick) -> list:
     return found
 
 
+def _message(what: str, stmt) -> list:
+    """An assert's message: what stopped, and the source line of the statement, if known."""
+    span = getattr(stmt, "span", None)
+    line = getattr(span, "line", 0) if span is not None else 0
+    return [tvm.ir.StringImm(f"{what} at line {line}" if line > 0 else what)]
+
+
 def _asserted(conditions: list, message: list, stmt):
     """`stmt` preceded by an assert that all `conditions` hold."""
     condition = functools.reduce(tirx.And, conditions)
@@ -197,7 +205,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
     if _has_sblocks(func):
         return func
     analyzer = Analyzer()
-    message = [tvm.ir.StringImm(f"index out of bounds in `{name}`")]
+    what = f"index out of bounds in `{name}`"
 
     def scope(stmt, mutator):
         if isinstance(stmt, tirx.For):
@@ -218,7 +226,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
             for c in _bounds(buffer, indices)
             if not analyzer.can_prove(c)
         ]
-        return _asserted(doubtful, message, new) if doubtful else new
+        return _asserted(doubtful, _message(what, stmt), new) if doubtful else new
 
     return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)])
 

@@ -19,7 +19,7 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..errors import CallError
-from .printer import function_script
+from .printer import function_script, member_sources, module_script
 
 _MARKER = "__tvmnb_const_"
 _MARKER_DECLARATION = re.compile(rf"^\s*{_MARKER}\d+: .*\n", re.MULTILINE)
@@ -104,6 +104,19 @@ def tensor_constants(func) -> list:
     return found
 
 
+def module_text(
+    module_name: str,
+    ir_mod: tvm.IRModule,
+    consts: ConstantTable,
+    preferred: Mapping[Any, str],
+    prefix: str,
+) -> str:
+    """`module_script`, each tensor constant written `<prefix><name>` (e.g. `demo.consts.w1`)."""
+    marked, names = _marked(ir_mod, consts, preferred)
+    text = _MARKER_DECLARATION.sub("", module_script(module_name, marked))
+    return _MARKER_USE.sub(lambda m: f"{prefix}{names[int(m.group(1))]}", text)
+
+
 def function_text(
     module_name: str,
     ir_mod: tvm.IRModule,
@@ -112,18 +125,26 @@ def function_text(
     preferred: Mapping[Any, str],
 ) -> str:
     """`fn` as `module_script` shows it, with `NAME.consts.<name>` for each tensor constant."""
-    func = ir_mod[fn]
-    constants = tensor_constants(func)
-    if not constants:
+    if not tensor_constants(ir_mod[fn]):
         return function_script(module_name, ir_mod, fn)
-    marked = _ConstantMarker(constants).visit_expr(func)
-    copy = tvm.IRModule(
-        {gv: marked if gv.name_hint == fn else f for gv, f in ir_mod.functions_items()},
-        attrs=ir_mod.attrs,
-    )
-    text = _MARKER_DECLARATION.sub("", function_script(module_name, copy, fn))
-    names = [consts.name(c, preferred.get(c, f"{fn}_c{k}")) for k, c in enumerate(constants)]
-    return _MARKER_USE.sub(lambda m: f"{module_name}.consts.{names[int(m.group(1))]}", text)
+    text = module_text(module_name, ir_mod, consts, preferred, f"{module_name}.consts.")
+    return member_sources(text)[fn]
+
+
+def _marked(ir_mod: tvm.IRModule, consts: ConstantTable, preferred: Mapping[Any, str]):
+    """A copy of `ir_mod` whose tensor constants are free variables `__tvmnb_const_<k>`, and
+    the name in `consts` of constant k."""
+    constants: list = []
+    functions = {}
+    for gv, func in ir_mod.functions_items():
+        found = tensor_constants(func)
+        owned = [c for c in found if not any(c.same_as(known) for known in constants)]
+        for k, constant in enumerate(owned):
+            consts.name(constant, preferred.get(constant, f"{gv.name_hint}_c{k}"))
+        constants += owned
+        functions[gv] = _ConstantMarker(constants).visit_expr(func) if found else func
+    names = [consts.name(c, "") for c in constants]
+    return tvm.IRModule(functions, attrs=ir_mod.attrs), names
 
 
 @mutator

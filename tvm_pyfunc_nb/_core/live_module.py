@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import tvm
+import tvm_ffi
 from tvm.ir import GlobalVar
 
 from ..errors import CallError, CompileError, TVMModuleError
@@ -39,13 +40,14 @@ from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
 from .crash_guards import has_guards
-from .editing import ConstantTable, function_text, tensor_constants
+from .editing import ConstantTable, function_text, module_text, tensor_constants
+from .exporting import LibraryExport, python_file
 from .importing import TorchOrigin, added_contribution, import_torch
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
-from .relax_rewrite import relax_closure, sub_module
+from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
-from .tensors import to_torch, to_tvm_tensor
+from .tensors import to_torch, to_tvm_args, to_tvm_tensor
 from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
 from .tracing import Trace, tapped, traced_values
 from .trampolines import PyFuncBridge
@@ -304,10 +306,14 @@ class LiveModule:
         return sorted(set(super().__dir__()) | set(self._state.entries))
 
     def script(self) -> str:
-        """TVMScript of the whole module, every pyfunc's source included; it parses back."""
-        from .printer import module_script
-
-        return module_script(self.name, self.ir_mod)
+        """TVMScript of the whole module, every pyfunc's source included; it parses back (in a
+        `%%tvmmodule` cell: weights are written `NAME.consts.<name>`)."""
+        self.consts.keep_only(
+            c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
+        )
+        return module_text(
+            self.name, self.ir_mod, self.consts, self._constant_names(), f"{self.name}.consts."
+        )
 
     def show(self) -> None:
         """Display the module's widget: a tab per function (script, latest call), the script."""
@@ -348,10 +354,7 @@ class LiveModule:
             self.consts.keep_only(
                 c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
             )
-            preferred = {
-                c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()
-            }
-            text = function_text(self.name, self.ir_mod, fn, self.consts, preferred)
+            text = function_text(self.name, self.ir_mod, fn, self.consts, self._constant_names())
         return f"%%tvmmodule {self.name}\n{text}"
 
     def edit(self, fn: str) -> str | None:
@@ -360,6 +363,64 @@ class LiveModule:
         """
         text = self.edit_text(fn)
         return None if front_end.current().next_input(text) else text
+
+    def export(self, path: str, *, example: tuple | None = None) -> str:
+        """Write the module to `path` as a standalone Python file: its TVMScript (pyfuncs and
+        weights included) and a `load()` that compiles it with plain TVM, pyfuncs callable from
+        Relax. `example=("fn", args)` runs `fn` on `args` now, and `python path` checks that it
+        gives the same numbers. Returns `path`."""
+        if example is not None:
+            if not isinstance(example, (tuple, list)) or len(example) != 2:
+                raise CallError('export: example is ("function", (arguments, ...))')
+            fn, args = example
+            if self.entry(fn).kind == PRIMFUNC:
+                raise CallError(
+                    "export: the example must be a Relax function or a pyfunc (a "
+                    "PrimFunc writes its outputs into its arguments)",
+                    function=fn,
+                )
+            args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+            example = (fn, args, self.get_function(fn)(*args))
+        self.consts.keep_only(
+            c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
+        )
+        script = module_text(self.name, self.ir_mod, self.consts, self._constant_names(), "consts.")
+        constants = {name: self.consts.numpy(name) for name in self.consts}
+        pyfuncs = [n for n, kind in self.functions.items() if kind == PYFUNC]
+        text = python_file(self.name, script, pyfuncs, constants, example)
+        with open(path, "w") as out:
+            out.write(text)
+        return path
+
+    def export_library(self, path: str) -> LibraryExport:
+        """Export the compiled PrimFuncs and Relax functions as one library at `path`, for
+        `tvm.runtime.load_module`: `relax.VirtualMachine(lib, device)` runs the Relax functions,
+        `lib.get_function(name, query_imports=True)` a PrimFunc. Relax functions that call
+        pyfuncs are left out (a library cannot carry Python); the result says which."""
+        state = self._state
+        left_out = {}
+        relax_names = []
+        for name, entry in state.entries.items():
+            if entry.kind != RELAX:
+                continue
+            closure = [state.entries[n] for n in relax_closure([name], state.ir_mod)]
+            calls_python = [
+                e
+                for e in closure
+                if e.kind == PYFUNC or (e.kind == RELAX and py_func_calls(e.func))
+            ]
+            if calls_python:
+                left_out[name] = "calls Python (a pyfunc), which a library cannot carry"
+            else:
+                relax_names.append(name)
+        kernels = {n: self._kernel(e) for n, e in state.entries.items() if e.kind == PRIMFUNC}
+        mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
+        linked = self._build.export_library(mod, kernels, path)
+        return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
+
+    def _constant_names(self) -> dict:
+        """Weights' names as the importer knew them (`fc1_weight`), for edit and export text."""
+        return {c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()}
 
     def trace(self, fn: str, *args) -> Trace:
         """Run Relax function `fn` once and return every intermediate by binding name (in order),
@@ -711,6 +772,25 @@ class LiveModule:
         args = list(args) if isinstance(args, (list, tuple)) else [args]
         outputs = allocate_outputs(entry.func, name, args, out_ty)
         self._calls.handle(name)(*args, *outputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
+        """Call global packed function `name` destination-passing style, as upstream does: the
+        outputs `out_ty` describes are allocated, passed after `args`, and returned."""
+        out_ty = _out_ty(out_ty, out_sinfo, "call_dps_packed", name)
+        func = tvm_ffi.get_global_func(name, allow_missing=True)
+        if func is None:
+            raise CallError(
+                "no global packed function has this name; register it first (e.g. "
+                "with tvm.register_global_func)",
+                function=name,
+            )
+        args = list(args) if isinstance(args, (list, tuple)) else [args]
+        outputs = allocate_outputs(None, name, args, out_ty)
+        try:
+            func(*to_tvm_args(args), *outputs)
+        except Exception as err:
+            raise refused(name, None, args, err, self.device) from err
         return outputs[0] if len(outputs) == 1 else outputs
 
     def call_py_func(self, name: str, args):

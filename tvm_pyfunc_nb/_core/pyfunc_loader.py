@@ -9,9 +9,11 @@ all see the cell.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import linecache
 import textwrap
+import types
 from collections.abc import Callable, Mapping
 
 import torch
@@ -24,9 +26,37 @@ from tvm.script import tirx as T
 from ..errors import CellSyntaxError
 from .cells import FunctionSource
 
+
+def _relax_script_accepting_out_sinfo() -> types.ModuleType:
+    """`tvm.script.relax`, whose call ops also take `out_sinfo=`, TVM's name for `out_ty=` before
+    0.27 (upstream's examples still write it). Everything else is the module's own."""
+    compat = types.ModuleType(R.__name__, R.__doc__)
+    compat.__dict__.update(vars(R))
+
+    def accepting(op):
+        @functools.wraps(op)
+        def call(*args, out_sinfo=None, **kwargs):
+            if out_sinfo is not None:
+                kwargs.setdefault("out_ty", out_sinfo)
+            return op(*args, **kwargs)
+
+        return call
+
+    for name in (
+        "call_tir",
+        "call_tir_inplace",
+        "call_tir_with_grad",
+        "call_dps_packed",
+        "call_py_func",
+    ):
+        if hasattr(R, name):
+            setattr(compat, name, accepting(getattr(R, name)))
+    return compat
+
+
 PREBOUND: dict[str, object] = {
     "I": I,
-    "R": R,
+    "R": _relax_script_accepting_out_sinfo(),
     "T": T,
     "tvm": tvm,
     "torch": torch,

@@ -18,6 +18,7 @@ from tvm.ir import GlobalVar
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 _CALL_PY_FUNC = tvm.ir.Op.get("relax.call_py_func")
+_CALL_DPS_PACKED = tvm.ir.Op.get("relax.call_dps_packed")
 
 
 def referenced_global_vars(func: relax.Function) -> list[GlobalVar]:
@@ -35,6 +36,29 @@ def py_func_calls(func: relax.Function) -> list[tuple[str, object]]:
 
     relax.analysis.post_order_visit(func.body, visit)
     return found
+
+
+def dps_packed_calls(func: relax.Function) -> list[str]:
+    """The packed function names `func` calls with `R.call_dps_packed("name", ...)`, in order."""
+    found: list[str] = []
+
+    def visit(expr):
+        if (
+            isinstance(expr, relax.Call)
+            and expr.op.same_as(_CALL_DPS_PACKED)
+            and isinstance(expr.args[0], relax.ExternFunc)
+        ):
+            found.append(str(expr.args[0].global_symbol))
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return found
+
+
+def rename_dps_packed_calls(func: relax.Function, new_name: Callable[[str], str]) -> relax.Function:
+    """`func` with each `R.call_dps_packed("f", ...)` calling `new_name("f")` instead."""
+    if not dps_packed_calls(func):
+        return func
+    return _DpsPackedRenamer(new_name).visit_expr(func)
 
 
 def rebind_global_vars(func: relax.Function, canonical: Mapping[str, GlobalVar]) -> relax.Function:
@@ -66,6 +90,20 @@ class _GlobalVarRebinder(PyExprMutator):
 
     def visit_global_var_(self, op: GlobalVar):
         return self.canonical.get(op.name_hint, op)
+
+
+@mutator
+class _DpsPackedRenamer(PyExprMutator):
+    def __init__(self, new_name: Callable[[str], str]):
+        super().__init__()
+        self.new_name = new_name
+
+    def visit_call_(self, op: relax.Call):
+        call = super().visit_call_(op)
+        if not call.op.same_as(_CALL_DPS_PACKED) or not isinstance(call.args[0], relax.ExternFunc):
+            return call
+        target = relax.ExternFunc(self.new_name(str(call.args[0].global_symbol)))
+        return relax.Call(call.op, [target, *call.args[1:]], call.attrs, call.ty_args, call.span)
 
 
 @mutator

@@ -117,7 +117,7 @@ def tune(
     work_dir: str,
     progress: Progress,
 ) -> tuple[tvm.tirx.PrimFunc, TuningReport]:
-    """The best schedule MetaSchedule finds for `func` in `trials` trials (fewer when some are kept)."""
+    """The best schedule MetaSchedule finds for `func` in `trials` trials, counting kept ones."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 

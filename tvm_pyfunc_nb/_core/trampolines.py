@@ -24,7 +24,7 @@ from tvm import relax
 from ..errors import CallError, PyFuncError, UnknownFunctionError
 from . import py_registry
 from .calling import TensorSpec, mismatch, pending_error, spec_from_type
-from .relax_rewrite import rename_py_func_calls
+from .relax_rewrite import rename_dps_packed_calls, rename_py_func_calls
 from .tensors import TORCH_DTYPES, to_torch, to_tvm_arg, to_tvm_tensor
 
 
@@ -36,12 +36,18 @@ class PyFuncBridge:
         self.module = module
         self.prefix = py_registry.new_prefix(module)
         self.names: set[str] = set()
+        self.forwarders: set[str] = set()  # global functions standing in for R.call_dps_packed
 
     def vm_module(self, mod: tvm.IRModule) -> tvm.IRModule:
-        """`mod` with every `R.call_py_func` site calling a registered trampoline of its own."""
+        """`mod` with every `R.call_py_func` site calling a registered trampoline of its own, and
+        every `R.call_dps_packed` one a forwarder that finds the packed function at each call."""
         functions = {}
         for gv, func in mod.functions_items():
             if isinstance(func, relax.Function):
+                caller = gv.name_hint
+                func = rename_dps_packed_calls(
+                    func, lambda packed, caller=caller: self._forwarder(caller, packed)
+                )
                 counter = itertools.count()
                 func = rename_py_func_calls(
                     func,
@@ -61,9 +67,40 @@ class PyFuncBridge:
             self.names.add(name)
         return name
 
+    def _forwarder(self, caller: str, packed: str) -> str:
+        """A global function that calls packed function `packed` as registered *now*.
+
+        The VM resolves the global functions it calls once, when it loads; going through
+        this forwarder, a function registered again (or only later) from the notebook is
+        the one that runs, with nothing recompiled, and a missing one is an error at the
+        call that names both functions.
+        """
+        name = f"{self.prefix}.packed.{caller}.{packed}"
+        if name not in self.forwarders:
+            message = (
+                f"calls packed function `{packed}` with R.call_dps_packed, "
+                "but no global function has that name; register it (e.g. with "
+                "tvm.register_global_func) and call again"
+            )
+
+            def forward(*args):
+                func = tvm_ffi.get_global_func(packed, allow_missing=True)
+                if func is None:
+                    error = CallError(message, function=caller)
+                    pending_error.error = error
+                    raise error
+                return func(*args)
+
+            tvm_ffi.register_global_func(name, forward, override=True)
+            self.forwarders.add(name)
+        return name
+
     def close(self) -> None:
         py_registry.unregister(self.names)
         self.names = set()
+        for name in self.forwarders:
+            tvm_ffi.remove_global_func(name)
+        self.forwarders = set()
 
 
 class PyFuncTrampoline:
@@ -80,9 +117,12 @@ class PyFuncTrampoline:
         if len(out_ty) == 1 and isinstance(out_ty[0], relax.TupleType):
             out_ty = list(out_ty[0].fields)
         self.expected = [spec_from_type(f"output {i}", ty) for i, ty in enumerate(out_ty)]
-        if len(in_ty) == 1 and isinstance(
-            in_ty[0], relax.TupleType
-        ):  # the arguments travel as one tuple
+        if len(in_ty) == 1 and isinstance(in_ty[0], relax.TupleType):  # the op's argument tuple
+            in_ty = list(in_ty[0].fields)
+        # `R.call_py_func("f", (x, y), ...)`, upstream's tutorial's form: the arguments travel as
+        # one more tuple, which the pyfunc gets unpacked, as upstream's BasePyModule gives it
+        self.unpack = len(in_ty) == 1 and isinstance(in_ty[0], relax.TupleType)
+        if self.unpack:
             in_ty = list(in_ty[0].fields)
         self.inputs = [spec_from_type(f"input {i}", ty) for i, ty in enumerate(in_ty)]
         self._quick = _quick_check_of(self.expected)
@@ -99,6 +139,8 @@ class PyFuncTrampoline:
         try:
             if calls is None:
                 raise CallError(f"the module that defined pyfunc `{self.pyfunc}` was dropped")
+            if self.unpack and len(args) == 1:
+                args = tuple(args[0])
             for arg in args:
                 if arg.__class__ is not torch.Tensor:
                     args = tuple(to_torch(a) for a in args)
@@ -168,9 +210,19 @@ class PyFuncTrampoline:
             problem = mismatch(spec, out, bindings)
             if problem:
                 raise PyFuncError(
-                    f"returned a value that does not match out_ty: expected {spec}, {problem}",
+                    f"returned a value that does not match out_ty: expected {spec}, {problem}"
+                    + self._form_hint(),
                     function=self.pyfunc,
                 )
+
+    def _form_hint(self) -> str:
+        if not self.unpack:
+            return ""
+        return (
+            f' (`{self.caller}` passes the arguments as one tuple, R.call_py_func("{self.pyfunc}",'
+            f' (x, ...), ...); the form TVM prints is R.call_py_func("{self.pyfunc}", x, ...,'
+            " out_ty=...))"
+        )
 
 
 def _symbolic_axes(specs: list[TensorSpec]) -> list[tuple[int, int, str]]:

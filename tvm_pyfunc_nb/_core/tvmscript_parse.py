@@ -12,7 +12,7 @@ notebook's; the stub assignments come after the last cell line.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tvm.error import DiagnosticError
 from tvm.ir import BaseFunc, GlobalVar
@@ -21,7 +21,7 @@ from tvm.script.ir_builder.ir import IRModuleFrame
 from tvm.script.parser.core.entry import parse
 
 from ..errors import TVMScriptError, shorten
-from .cells import PYFUNC, CellFragment, reindent
+from .cells import PYFUNC, CellFragment, FunctionSource, reindent
 
 _STUBS = "__tvmnb_stubs__"
 _CELL_CLASS = "__tvmnb_cell__"
@@ -60,30 +60,33 @@ def parse_fragment(
     wanted = [f for f in fragment.functions.values() if f.kind != PYFUNC]
     if not wanted:
         return {}
-    lines = [f"class {_CELL_CLASS}(BasePyModule):\n"] + ["\n"] * (fragment.first_line - 2)
-    for func in sorted(wanted, key=lambda f: f.first_line):
-        lines += ["\n"] * (func.first_line - 1 - len(lines))
-        lines += reindent(func.source, 4).splitlines(keepends=True)
     stubs = {**others, **pyfunc_stubs}
-    lines += [f"    {name} = {_STUBS}[{name!r}]\n" for name in stubs]
     proxy = ModuleProxy(module_name, consts)
     extra = {**namespace, module_name: proxy, _STUBS: stubs}
     if fragment.full_class:
         extra[fragment.full_class] = proxy
+
+    def parse_these(funcs: list[FunctionSource]):
+        lines = [f"class {_CELL_CLASS}(BasePyModule):\n"] + ["\n"] * (fragment.first_line - 2)
+        for func in sorted(funcs, key=lambda f: f.first_line):
+            lines += ["\n"] * (func.first_line - 1 - len(lines))
+            lines += reindent(func.source, 4).splitlines(keepends=True)
+        lines += [f"    {name} = {_STUBS}[{name!r}]\n" for name in stubs]
+        return parse("".join(lines), extra, check_well_formed=False)
+
     try:
-        parsed = parse("".join(lines), extra, check_well_formed=False)
+        parsed = parse_these(wanted)
     except DiagnosticError as err:
-        raise _script_error(str(err), fragment) from None
-    except (
-        Exception
-    ) as err:  # TVM raises many types from deep inside; all mean "this script is wrong"
+        raise _script_error(str(err), fragment, wanted, parse_these) from None
+    except Exception as err:  # TVM raises many types from deep inside; all mean "this is wrong"
         raise TVMScriptError(f"{type(err).__name__}: {err}") from err
     return {f.name: (parsed.get_global_var(f.name), parsed[f.name]) for f in wanted}
 
 
-def _script_error(text: str, fragment: CellFragment) -> TVMScriptError:
-    first = text.strip().splitlines()[0] if text.strip() else "TVMScript error"
-    message = first.removeprefix("error: ")
+def _script_error(
+    text: str, fragment: CellFragment, wanted: list[FunctionSource], parse_these: Callable
+) -> TVMScriptError:
+    message = _message(text)
     match = _LOCATION.search(text)
     line = int(match.group(1)) if match else None
     owner = None
@@ -91,4 +94,34 @@ def _script_error(text: str, fragment: CellFragment) -> TVMScriptError:
         for func in fragment.functions.values():
             if func.first_line <= line < func.first_line + func.source.count("\n"):
                 owner = func.name
+    if owner is None:  # TVM gave no line in a function (e.g. a parameter without annotation)
+        culprit = _failing_alone(wanted, message, parse_these)
+        if culprit is not None:
+            owner, line = culprit.name, _def_line(culprit)
     return TVMScriptError(shorten(message), function=owner, line=line)
+
+
+def _message(text: str) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else "TVMScript error"
+    return first.removeprefix("error: ")
+
+
+def _failing_alone(wanted: list[FunctionSource], message: str, parse_these: Callable):
+    """The function that, parsed on its own, fails with the same message."""
+    for func in wanted:
+        try:
+            parse_these([func])
+        except DiagnosticError as err:
+            if _message(str(err)) == message:
+                return func
+        except Exception:  # another failure alone: not evidence either way
+            continue
+    return None
+
+
+def _def_line(func: FunctionSource) -> int:
+    """The cell line of `def` (after the decorators)."""
+    for number, line in enumerate(func.source.splitlines()):
+        if line.startswith(("def ", "async def ")):
+            return func.first_line + number
+    return func.first_line

@@ -1,0 +1,172 @@
+"""Leaving the notebook: `NAME.export("file.py")` and `NAME.export_library("file.so")`.
+
+The Python file is the module as TVMScript (pyfuncs included, weights inline)
+and a few lines of runtime that plain TVM lacks: `load()` instantiates the
+module with upstream's `BasePyModule` and registers its pyfuncs for
+`R.call_py_func` (upstream's `@I.ir_module` factory loses them), and
+`python file.py` checks the example call the live module ran, if one was
+given. Nothing of this package or of IPython is needed to run it.
+
+The library is what a deployment loads with `tvm.runtime.load_module`: a
+Relax VM executable (run with `relax.VirtualMachine(lib, device)`) whose
+imports hold every compiled PrimFunc (`lib.get_function(name,
+query_imports=True)`). Relax functions that call pyfuncs cannot go in it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+
+from .._version import __version__
+from .tensors import to_torch
+
+_RUNTIME = '''
+
+PYFUNCS = {pyfuncs!r}
+EXAMPLE = {example!r}  # (function, arguments, expected outputs), as .npz in base64, or None
+
+
+def load(device=None):
+    """`{name}` compiled for `device` (the CPU by default), its pyfuncs callable from Relax."""
+    module = {name}(device or tvm.cpu())
+    register = tvm.get_global_func("vm.builtin.register_py_func")
+    for pyfunc in PYFUNCS:
+        register(pyfunc, _called_from_relax(getattr(module, pyfunc)))
+    return module
+
+
+def _called_from_relax(pyfunc):
+    """What R.call_py_func calls: TVM tensors in (a tuple of them unpacked), TVM tensors out."""
+
+    def call(*args):
+        if len(args) == 1 and not hasattr(args[0], "shape"):
+            args = tuple(args[0])
+        out = pyfunc(*[torch.from_dlpack(a) for a in args])
+        outs = out if isinstance(out, (tuple, list)) else [out]
+        converted = [tvm.runtime.from_dlpack(o.contiguous()) for o in outs]
+        return converted[0] if len(converted) == 1 else converted
+
+    return call
+
+
+def _arrays(text):
+    with np.load(io.BytesIO(base64.b64decode(text))) as data:
+        return [data[f"a{{i}}"] for i in range(len(data.files))]
+
+
+def _flat(value):
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _flat(item)]
+    return [value]
+
+
+atexit.register(tvm.get_global_func("vm.builtin.clear_py_func_registry"))
+
+if __name__ == "__main__":
+    module = load()
+    if EXAMPLE is None:
+        print("{name}: loaded and compiled; no example call to check")
+        sys.exit(0)
+    function, arguments, expected = EXAMPLE
+    outputs = _flat(getattr(module, function)(*[torch.tensor(a) for a in _arrays(arguments)]))
+    wanted = _arrays(expected)
+    same = len(outputs) == len(wanted) and all(
+        np.allclose(torch.as_tensor(o).numpy(), w, rtol=1e-5, atol=1e-6)
+        for o, w in zip(outputs, wanted)
+    )
+    print(f"{name}.{{function}}: {{'gives the live module' + chr(39) + 's numbers' if same else 'DIFFERS'}}")
+    sys.exit(0 if same else 1)
+'''
+
+
+def python_file(
+    name: str,
+    script: str,
+    pyfuncs: Sequence[str],
+    constants: dict[str, np.ndarray],
+    example: tuple[str, Sequence, object] | None,
+) -> str:
+    """The text of a standalone Python file holding the module `script` and its runtime."""
+    header = [
+        f'"""`{name}`, exported from a live module by tvm_pyfunc_nb {__version__}.',
+        "",
+        f"Needs only apache-tvm {tvm.__version__} and torch. `python <this file>` compiles the "
+        "module and",
+        "checks the example call it was exported with; `load()` returns the compiled module.",
+        '"""',
+        "",
+        "import atexit",
+        "import base64",
+        "import io",
+        "import sys",
+        "import types",
+        "",
+        "import numpy as np",
+        "import torch",
+        "import tvm",
+        "from tvm import relax",
+        "",
+        "",
+        "def _constants(text):",
+        "    with np.load(io.BytesIO(base64.b64decode(text))) as data:",
+        "        return types.SimpleNamespace(**{k: relax.const(data[k]) for k in data.files})",
+        "",
+        "",
+        f"consts = _constants({_npz(constants)!r})",
+        "",
+    ]
+    encoded = None
+    if example is not None:
+        function, args, expected = example
+        arrays = [to_torch(a).detach().cpu().numpy() for a in args]
+        outputs = [to_torch(o).detach().cpu().numpy() for o in _flat(expected)]
+        encoded = (
+            function,
+            _npz({f"a{i}": a for i, a in enumerate(arrays)}),
+            _npz({f"a{i}": o for i, o in enumerate(outputs)}),
+        )
+    body = script.replace("from __future__ import annotations\n", "")
+    runtime = _RUNTIME.format(name=name, pyfuncs=list(pyfuncs), example=encoded)
+    return "from __future__ import annotations\n\n" + "\n".join(header) + "\n" + body + runtime
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> str:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _flat(value) -> list:
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _flat(item)]
+    return [value]
+
+
+@dataclass(frozen=True)
+class LibraryExport:
+    """What `export_library` wrote: the file, the functions in it, and what it had to leave out."""
+
+    path: str
+    relax: list[str]
+    kernels: list[str]
+    left_out: dict[str, str]  # function -> why
+
+    def __repr__(self) -> str:
+        lines = [
+            f"exported {self.path}: Relax {', '.join(self.relax) or 'none'}; "
+            f"PrimFuncs {', '.join(self.kernels) or 'none'}"
+        ]
+        lines += [f"  left out {name}: {why}" for name, why in self.left_out.items()]
+        lines.append(
+            "  load it with tvm.runtime.load_module(path); relax.VirtualMachine(lib, "
+            "device) runs the Relax functions, lib.get_function(name, query_imports=True) "
+            "a PrimFunc"
+        )
+        return "\n".join(lines)
