@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 import tvm
 
 from .._version import __version__
@@ -81,7 +80,8 @@ if __name__ == "__main__":
         np.allclose(torch.as_tensor(o).numpy(), w, rtol=1e-5, atol=1e-6)
         for o, w in zip(outputs, wanted)
     )
-    print(f"{name}.{{function}}: {{'gives the live module' + chr(39) + 's numbers' if same else 'DIFFERS'}}")
+    verdict = "gives the numbers of the live module" if same else "DIFFERS from the live module"
+    print(f"{name}.{{function}}: {{verdict}}")
     sys.exit(0 if same else 1)
 '''
 
