@@ -497,10 +497,10 @@ def f(A: T.Buffer((4,), "int32")):
     BadCell(
         "out-ty-dtype-disagrees-with-kernel",
         """
-@R.function  # <-
+@R.function
 def f(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
     cls = demo
-    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((4,), "int32"))
+    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((4,), "int32"))  # <-
     return z
 """,
         IllFormedModuleError,
@@ -509,10 +509,10 @@ def f(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
     BadCell(
         "out-ty-rank-disagrees-with-kernel",
         """
-@R.function  # <-
+@R.function
 def f(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
     cls = demo
-    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((2, 2), "float32"))
+    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((2, 2), "float32"))  # <-
     return z
 """,
         IllFormedModuleError,
@@ -521,10 +521,10 @@ def f(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
     BadCell(
         "sblock-in-a-plain-prim-func",
         """
-@T.prim_func  # <-
+@T.prim_func
 def f(A: T.Buffer((4,), "float32")):
     for i in range(4):
-        with T.sblock("b"):
+        with T.sblock("b"):  # <-
             vi = T.axis.spatial(4, i)
             A[vi] = 1.0
 """,
@@ -658,13 +658,13 @@ def f(x: R.Tensor((4,), "float32")):
         call="demo.f(X)",
     ),
     BadCell(
-        "packed-function-missing-at-link",
+        "packed-function-not-registered",
         """
-@R.function  # <-
+@R.function
 def f(x: R.Tensor((4,), "float32")):
     return R.call_dps_packed("no_such_packed", (x,), out_ty=R.Tensor((4,), "float32"))
 """,
-        CompileError,
+        CallError,
         "f",
         call="demo.f(X)",
     ),
