@@ -14,7 +14,7 @@ import sys
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.paths import get_ipython_cache_dir
-from traitlets import Bool, Int, Unicode, default
+from traitlets import Bool, Float, Int, Unicode, default
 
 from ._core import front_end
 from ._core.compile_cache import CompileCache
@@ -45,6 +45,19 @@ class TVMModuleMagics(Magics):
         True,
         help="Put bounds and division checks into CPU kernels, so a bad index raises instead of "
         "killing the kernel (`--unchecked` turns them off, at your own risk).",
+    ).tag(config=True)
+    rpc = Unicode(
+        "",
+        help="Run compiled code on a remote device through TVM's RPC (`--rpc`): `HOST:PORT` of an "
+        "RPC server, or `tracker=HOST:PORT/KEY`; '' runs it here.",
+    ).tag(config=True)
+    rpc_timeout = Float(
+        60.0, help="Seconds a remote step (connect, upload, call) may take before it fails."
+    ).tag(config=True)
+    cross_compiler = Unicode(
+        "",
+        help="The C compiler that links libraries for a remote target, e.g. "
+        "`aarch64-linux-gnu-gcc` ('' is this machine's own, right for a server of its kind).",
     ).tag(config=True)
     eager = Bool(
         False, help="Compile when the cell runs instead of at the first call (`--eager`)."
@@ -111,6 +124,11 @@ class TVMModuleMagics(Magics):
         action="store_true",
         default=None,
         help="Compile now; a compile failure fails the cell and changes nothing.",
+    )
+    @argument(
+        "--rpc",
+        default=None,
+        help="Run compiled code on an RPC server: HOST:PORT or tracker=HOST:PORT/KEY.",
     )
     @argument("--quiet", action="store_true", default=None, help="Show nothing.")
     @argument("--reset", action="store_true", help="Drop every earlier contribution to NAME first.")
@@ -235,6 +253,8 @@ class TVMModuleMagics(Magics):
             "device": self._option(args, "device"),
             "pipeline": self._option(args, "pipeline"),
             "checked": not args.unchecked if args.unchecked is not None else self.checked,
+            "rpc": self._option(args, "rpc") or None,
+            "cross_compiler": self.cross_compiler or None,
         }
         live = self.modules.get(name)
         if live is not None:
@@ -253,6 +273,7 @@ class TVMModuleMagics(Magics):
             live = LiveModule(
                 name,
                 **wanted,
+                rpc_timeout=self.rpc_timeout,
                 namespace=self.shell.user_ns,
                 persistent_cache=self.compile_cache(),
             )
@@ -262,7 +283,7 @@ class TVMModuleMagics(Magics):
     @staticmethod
     def _given(args, key: str) -> bool:
         option = {"checked": "unchecked"}.get(key, key)
-        return getattr(args, option) is not None
+        return getattr(args, option, None) is not None
 
     def compile_cache(self) -> CompileCache | None:
         """The persistent compile cache as configured now (None when `cache_dir` is '')."""

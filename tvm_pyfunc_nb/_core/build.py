@@ -171,7 +171,7 @@ def _named_pipelines() -> list[str]:
     return [name for name, make in PIPELINE_MAP.items() if ready(make)]
 
 
-@dataclass
+@dataclass(eq=False)
 class Linked:
     """Relax functions lowered and linked: the pipeline's output, the executable, its kernels."""
 
@@ -209,10 +209,12 @@ class Build:
         persistent=None,
         checked: bool = True,
         module_name: str = "NAME",
+        local: bool = True,
     ):
         self.target = _target(target)
         self.target_name = target
         self.module_name = module_name
+        self.local = local  # False: the libraries run on another machine (RPC), never here
         self.device = device
         self.stats = stats
         self.pipeline = pipeline_for(pipeline, self.target)
@@ -267,7 +269,7 @@ class Build:
         return _raise_if_failed(lib, name)
 
     def _build_kernel(self, name: str, func: tvm.tirx.PrimFunc):
-        local_cpu = self.target.kind.name == "llvm"
+        local_cpu = self.local and self.target.kind.name == "llvm"
         missing = missing_symbols(func) if local_cpu else []
         if missing:  # LLVM's JIT would hand back an address that segfaults when called
             return CompileError(

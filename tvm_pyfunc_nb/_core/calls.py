@@ -206,6 +206,38 @@ class CallTable:
         call.release = holder.clear
         return call
 
+    def remote_callable(
+        self, entry: FunctionEntry, invoke: Callable[[tuple], Any], compiled: tuple
+    ) -> Callable:
+        """A function compiled for a remote device: `invoke(args)` copies, runs there, copies back."""
+        name, specs, version, table = entry.name, specs_of(entry.func), self.version, self
+        perf_counter, records, stats = time.perf_counter, self.records, self._stats
+
+        def call(*args, **kwargs):
+            nonlocal compiled
+            if kwargs:
+                args = keywords_to_positions(name, specs, args, kwargs)
+            if table.version != version:
+                return table.handle(name)(*args)
+            start = perf_counter()
+            try:
+                out = invoke(args)
+            except TVMModuleError as err:
+                error = err if err.function else CallError(err.detail, function=name)
+                table.record(name, args, None, start, stats.seconds, (), error)
+                raise error from err
+            except Exception as err:
+                error = refused(name, specs, args, err, None)
+                table.record(name, args, None, start, stats.seconds, (), error)
+                raise error from err
+            end = perf_counter()
+            records[name] = CallRecord(args, out, end - start, end, compiled)
+            compiled = ()
+            return out
+
+        _describe(call, entry)
+        return call
+
     @staticmethod
     def run_compiled(entry: FunctionEntry, function, args: tuple, *, device) -> Any:
         """Call a compiled function once, outside the table (nothing recorded): torch in and out."""

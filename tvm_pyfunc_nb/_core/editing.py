@@ -131,18 +131,27 @@ def function_text(
     return member_sources(text)[fn]
 
 
+def name_constants(ir_mod: tvm.IRModule, consts: ConstantTable, preferred: Mapping[Any, str]):
+    """Every tensor constant of `ir_mod`, in order, each named in `consts` (its `preferred` name,
+    e.g. the model parameter it holds, else `<function>_c<k>`); the table forgets the others."""
+    constants: list = []
+    for gv, func in ir_mod.functions_items():
+        owned = [c for c in tensor_constants(func) if not any(c.same_as(k) for k in constants)]
+        constants += owned
+        for k, constant in enumerate(owned):
+            consts.name(constant, preferred.get(constant, f"{gv.name_hint}_c{k}"))
+    consts.keep_only(constants)
+    return constants
+
+
 def _marked(ir_mod: tvm.IRModule, consts: ConstantTable, preferred: Mapping[Any, str]):
     """A copy of `ir_mod` whose tensor constants are free variables `__tvmnb_const_<k>`, and
     the name in `consts` of constant k."""
-    constants: list = []
-    functions = {}
-    for gv, func in ir_mod.functions_items():
-        found = tensor_constants(func)
-        owned = [c for c in found if not any(c.same_as(known) for known in constants)]
-        for k, constant in enumerate(owned):
-            consts.name(constant, preferred.get(constant, f"{gv.name_hint}_c{k}"))
-        constants += owned
-        functions[gv] = _ConstantMarker(constants).visit_expr(func) if found else func
+    constants = name_constants(ir_mod, consts, preferred)
+    functions = {
+        gv: _ConstantMarker(constants).visit_expr(func) if tensor_constants(func) else func
+        for gv, func in ir_mod.functions_items()
+    }
     names = [consts.name(c, "") for c in constants]
     return tvm.IRModule(functions, attrs=ir_mod.attrs), names
 

@@ -16,6 +16,7 @@ op by op, even after the function was edited in a cell.
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -209,9 +210,11 @@ def import_torch(
         raise CallError(f"add_torch: `{name}` is not a valid function name")
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch 2.13's own deprecation inside torch.export: nothing a user can act on
+            warnings.simplefilter("ignore", FutureWarning)
             exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
-        exported = exported.run_decompositions()  # as from_exported_program does
+            exported = exported.run_decompositions()  # as from_exported_program does
     except Exception as err:  # torch raises many types for a model it cannot export
         raise ModelImportError(
             f"torch.export could not export {type(model).__name__}: {last_reason(err)}"

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import tvm
 import tvm_ffi
+from tvm import relax
 from tvm.ir import GlobalVar
 
 from ..errors import CallError, CompileError, TVMModuleError
@@ -40,12 +41,13 @@ from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
 from .crash_guards import has_guards
-from .editing import ConstantTable, function_text, module_text, tensor_constants
+from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
 from .importing import TorchOrigin, added_contribution, import_torch
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
 from .relax_rewrite import py_func_calls, relax_closure, sub_module
+from .remote import DEFAULT_TIMEOUT, RemoteRunner
 from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
 from .tensors import to_torch, to_tvm_args, to_tvm_tensor
 from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
@@ -61,6 +63,8 @@ class ModuleOptions:
     device: str
     pipeline: str
     checked: bool
+    rpc: str | None = None  # `HOST:PORT` or `tracker=HOST:PORT/KEY`: compiled code runs there
+    cross_compiler: str | None = None
 
 
 class LiveModule:
@@ -104,6 +108,9 @@ class LiveModule:
         device: str = "cpu",
         pipeline: str | None = None,
         checked: bool = True,
+        rpc: str | None = None,
+        rpc_timeout: float = DEFAULT_TIMEOUT,
+        cross_compiler: str | None = None,
         namespace: Mapping[str, Any] | None = None,
         persistent_cache=None,
     ):
@@ -113,7 +120,8 @@ class LiveModule:
         self.device = _device(device)
         self.namespace = namespace if namespace is not None else {}
         self.stats = CompileStats()
-        self._assembly = Assembly(name)
+        # a remote VM runs on the server, which cannot call back into this process's Python
+        self._assembly = Assembly(name, relax_may_call_python=rpc is None)
         self._build = Build(
             target,
             self.device,
@@ -122,14 +130,26 @@ class LiveModule:
             persistent=persistent_cache,
             checked=checked,
             module_name=name,
+            local=rpc is None,
         )
         _check_target_runs_on(self._build.target, target, self.device, device)
-        self.options = ModuleOptions(target, device, pipeline or AUTO_PIPELINE, checked)
+        self.options = ModuleOptions(
+            target, device, pipeline or AUTO_PIPELINE, checked, rpc, cross_compiler
+        )
+        self._remote = None
+        if rpc:
+            self._remote = RemoteRunner(
+                rpc,
+                device,
+                timeout=rpc_timeout,
+                cross_compiler=cross_compiler,
+                on_upload=lambda n, size: self.stats.uploads.append((n, size)),
+            )
         self._calls = CallTable(self, self._resolve, self.stats)
         self._bridge = PyFuncBridge(self._calls, name)
         self._compiled_version = -1
         self._torch_origins: dict[str, TorchOrigin] = {}
-        self.consts = ConstantTable()
+        self._consts = ConstantTable()
         self._vm_state: tuple[int, Any, dict[str, CompileError]] | None = (
             None  # (version, vm, failures)
         )
@@ -308,9 +328,6 @@ class LiveModule:
     def script(self) -> str:
         """TVMScript of the whole module, every pyfunc's source included; it parses back (in a
         `%%tvmmodule` cell: weights are written `NAME.consts.<name>`)."""
-        self.consts.keep_only(
-            c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
-        )
         return module_text(
             self.name, self.ir_mod, self.consts, self._constant_names(), f"{self.name}.consts."
         )
@@ -351,9 +368,6 @@ class LiveModule:
         if entry.kind == PYFUNC:
             text = entry.source.source
         else:
-            self.consts.keep_only(
-                c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
-            )
             text = function_text(self.name, self.ir_mod, fn, self.consts, self._constant_names())
         return f"%%tvmmodule {self.name}\n{text}"
 
@@ -381,9 +395,6 @@ class LiveModule:
                 )
             args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
             example = (fn, args, self.get_function(fn)(*args))
-        self.consts.keep_only(
-            c for f in self.ir_mod.functions.values() for c in tensor_constants(f)
-        )
         script = module_text(self.name, self.ir_mod, self.consts, self._constant_names(), "consts.")
         constants = {name: self.consts.numpy(name) for name in self.consts}
         pyfuncs = [n for n, kind in self.functions.items() if kind == PYFUNC]
@@ -418,6 +429,13 @@ class LiveModule:
         linked = self._build.export_library(mod, kernels, path)
         return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
 
+    @property
+    def consts(self) -> ConstantTable:
+        """The module's tensor constants (weights) by name: `NAME.consts.fc1_weight` is the
+        constant itself, as edit and script text write it; `NAME.consts.numpy(name)` its value."""
+        name_constants(self.ir_mod, self._consts, self._constant_names())
+        return self._consts
+
     def _constant_names(self) -> dict:
         """Weights' names as the importer knew them (`fc1_weight`), for edit and export text."""
         return {c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()}
@@ -434,8 +452,14 @@ class LiveModule:
             {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
             attrs=mod.attrs,
         )
-        vm = self._build.vm(self._bridge.vm_module(mod))  # kept: tracing again compiles nothing
-        output, values = self._calls.run_compiled(entry, vm[fn], args, device=self.device)
+        linked = self._build.link(
+            self._bridge.vm_module(mod)
+        )  # kept: tracing again compiles nothing
+        if self._remote is not None:
+            output, values = self._remote.call_relax(fn, linked, args, returns_tuple=True)
+        else:
+            vm = linked.vm(self.device)
+            output, values = self._calls.run_compiled(entry, vm[fn], args, device=self.device)
         return Trace(fn, traced_values(taps, values), output)
 
     def compare(
@@ -513,23 +537,35 @@ class LiveModule:
                 fn, wall_clock_samples(self.get_function(fn), args, number, repeat), "wall clock"
             )
         else:
-            module = (
-                self._kernel(entry)
-                if entry.kind == PRIMFUNC
-                else self._linked_for(fn, "time").vm(self.device)
+            samples = self._time_compiled(entry, args, number, repeat)
+            where = (
+                f"remote {self.device_name} ({self._remote.address})"
+                if self._remote
+                else (self.device_name)
             )
-            evaluator = module.time_evaluator(fn, self.device, number=number, repeat=repeat)
-            try:
-                samples = evaluator_samples(evaluator, to_tvm_tensor(list(args)))
-            except Exception as err:
-                raise refused(fn, None, args, err, self.device) from err
-            mine = Measurement(fn, samples, f"time_evaluator on {self.device_name}")
+            mine = Measurement(fn, samples, f"time_evaluator on {where}")
         reference = None
         if against is not None:
             reference = Measurement(
                 name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
             )
         return Timing(mine, reference, self._guard_note(entry))
+
+    def _time_compiled(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
+        fn, remote = entry.name, self._remote
+        if entry.kind == PRIMFUNC:
+            lib = self._kernel(entry)
+            module = remote.module(fn, lib) if remote else lib
+        else:
+            linked = self._linked_for(fn, "time")
+            module = remote.vm(linked) if remote else linked.vm(self.device)
+        if remote is not None:
+            return remote.time(module, fn, args, number, repeat)
+        evaluator = module.time_evaluator(fn, self.device, number=number, repeat=repeat)
+        try:
+            return evaluator_samples(evaluator, to_tvm_tensor(list(args)))
+        except Exception as err:
+            raise refused(fn, None, args, err, self.device) from err
 
     def _guard_note(self, entry: FunctionEntry) -> str:
         if entry.kind == PRIMFUNC and self.options.checked and has_guards(entry.func, entry.name):
@@ -740,6 +776,8 @@ class LiveModule:
         entry = self.entry(name)
         if entry.kind == PYFUNC:
             return self._calls.pyfunc_callable(entry, self)
+        if self._remote is not None:
+            return self._remote_callable(entry)
         mark = len(self.stats.compiles)
         if entry.kind == PRIMFUNC:
             function, writes_args = self._kernel(entry)[name], True
@@ -756,6 +794,26 @@ class LiveModule:
         return self._calls.compiled_callable(
             entry, function, compiled, device=self.device, writes_args=writes_args
         )
+
+    def _remote_callable(self, entry: FunctionEntry) -> Callable:
+        """`entry` compiled here, uploaded and run on the remote device (at its first call)."""
+        mark, name, remote = len(self.stats.compiles), entry.name, self._remote
+        if entry.kind == PRIMFUNC:
+            lib = self._kernel(entry)
+            remote.kernel(name, lib)
+
+            def invoke(args):
+                return remote.call_kernel(name, lib, args)
+        else:
+            linked = self._linked_for(name, "a call")
+            remote.vm(linked)
+            self._compiled_version = self._calls.version
+            returns_tuple = isinstance(entry.func.ret_ty, relax.TupleType)
+
+            def invoke(args):
+                return remote.call_relax(name, linked, args, returns_tuple)
+
+        return self._calls.remote_callable(entry, invoke, tuple(self.stats.since(mark)))
 
     def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
         """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function).
@@ -826,8 +884,12 @@ class LiveModule:
         return {**self._build.kept(), "registered_pyfunc_sites": len(self._bridge.names)}
 
     def close(self) -> None:
-        """Release compiled code and this module's `R.call_py_func` registry entries."""
+        """Release compiled code, this module's `R.call_py_func` registry entries, and its share
+        of a remote session."""
         self._bridge.close()
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
         self._vm_state = None
         self._build.clear()
         self._closed = True
