@@ -209,7 +209,7 @@ class CallTable:
     def remote_callable(
         self, entry: FunctionEntry, invoke: Callable[[tuple], Any], compiled: tuple
     ) -> Callable:
-        """A function compiled for a remote device: `invoke(args)` copies, runs there, copies back."""
+        """For a remote device: `invoke(args)` copies the arguments there, runs, copies back."""
         name, specs, version, table = entry.name, specs_of(entry.func), self.version, self
         perf_counter, records, stats = time.perf_counter, self.records, self._stats
 
