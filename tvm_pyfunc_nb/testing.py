@@ -19,12 +19,22 @@ are IPython's own `run_cell`, magics and display formatters.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from typing import Any
 
 from IPython.core.interactiveshell import InteractiveShell
 
+from ._core.remote import Address, probe
 from ._magics import TVMModuleMagics, magics_of
+from .errors import TVMModuleError
 
 _cell_ids = itertools.count(1)
 
@@ -105,3 +115,126 @@ class NotebookShell:
         cache = self.magics.compile_cache()
         if cache is not None:
             cache.flush()
+
+
+# -- RPC servers on this machine ----------------------------------------------------------------
+class LocalRPC:
+    """A TVM RPC server (or tracker) in a subprocess on 127.0.0.1, for tests and tutorials.
+
+        with LocalRPC() as server:            # python -m tvm.exec.rpc_server on a free port
+            %tvmmodule demo --rpc {server.address}
+            ...
+            server.restart()                  # killed, then started again on the same port
+
+    `LocalRPC(tracker=other.port, key="k")` registers the server with a tracker;
+    `LocalRPC(kind="tracker")` is a tracker. The process runs in a session of its own, so
+    `stop()` ends it and the worker it forks (which holds the port) together.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str = "server",
+        port: int | None = None,
+        tracker: int | None = None,
+        key: str | None = None,
+        ready_timeout: float = 60,
+    ):
+        self.kind, self.tracker, self.key = kind, tracker, key
+        self.port = port or free_port()
+        self.ready_timeout = ready_timeout
+        self.process = None
+        self._log = tempfile.NamedTemporaryFile(prefix=f"tvm-rpc-{kind}-", suffix=".log")  # noqa: SIM115 (closed in __exit__)
+        self.start()
+
+    @property
+    def address(self) -> str:
+        """What `--rpc` takes for this server."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        module = "tvm.exec.rpc_server" if self.kind == "server" else "tvm.exec.rpc_tracker"
+        command = [
+            sys.executable,
+            "-m",
+            module,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--port-end",
+            str(self.port + 1),
+        ]  # the default end port is below a free one
+        if self.tracker is not None:
+            command += ["--tracker", f"127.0.0.1:{self.tracker}", "--key", self.key or "local"]
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_until_ready()
+
+    def stop(self) -> None:
+        """Kill the server and everything it started; nothing is left holding the port."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+            self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> LocalRPC:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._log.close()
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the RPC {self.kind} exited: {self._read_log()}")
+            if self._answers():
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"the RPC {self.kind} did not start within {self.ready_timeout} s")
+
+    def _answers(self) -> bool:
+        if self.kind == "server" and self.tracker is None:
+            return _server_answers(self.port)
+        from tvm import rpc
+
+        port = self.tracker or self.port
+        try:  # TVM's tracker client retries a refused port for a minute: knock first
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            tracker = rpc.connect_tracker("127.0.0.1", port)
+            tracker._sock.settimeout(2)  # TVM's client has no timeout of its own
+            queues = tracker.summary()["queue_info"]
+            tracker.close()
+        except Exception:  # not up yet
+            return False
+        return self.kind == "tracker" or queues.get(self.key or "local", {}).get("free", 0) > 0
+
+    def _read_log(self) -> str:
+        self._log.flush()
+        with open(self._log.name) as log:
+            return log.read()[-2000:]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _server_answers(port: int) -> bool:
+    """Whether an RPC server answers the handshake (with a key no server accepts: no session)."""
+    try:
+        probe(Address("127.0.0.1", port), timeout=2)
+    except TVMModuleError:
+        return False
+    return True

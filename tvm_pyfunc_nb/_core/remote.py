@@ -133,7 +133,7 @@ class RemoteSession:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tvm-rpc")
         address = self.address
         if address.key is None:
-            _probe(address, self.timeout)
+            probe(address, self.timeout)
             self._session = self._bounded(rpc.connect, address.host, address.port)
         else:
             self._session = self._bounded(_request_from_tracker, address, self.timeout)
@@ -178,7 +178,7 @@ class RemoteSession:
         return module, len(data)
 
 
-def _probe(address: Address, timeout: float) -> None:
+def probe(address: Address, timeout: float) -> None:
     """Whether an RPC server answers the handshake, with a key no server accepts (so no session
     starts); within `timeout`, with a clear error for each way it does not."""
     from tvm.rpc import base

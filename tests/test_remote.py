@@ -1,0 +1,173 @@
+"""Live modules whose compiled code runs on a remote device, through real TVM RPC servers.
+
+Servers and a tracker run as subprocesses on 127.0.0.1 on free ports (`LocalRPC`), each in a
+session of its own so that stopping one ends everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+import torch
+from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
+
+from tvm_pyfunc_nb import CallError, IllFormedModuleError, TVMModuleError
+from tvm_pyfunc_nb.testing import LocalRPC
+
+pytestmark = pytest.mark.slow
+
+X = torch.arange(5, dtype=torch.float32)
+Y = torch.ones(5)
+TWO_OUT = """
+@R.function
+def both(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")):
+    return (R.add(x, y), R.multiply(x, y))
+"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    with LocalRPC() as running:
+        yield running
+
+
+def remote_cell(shell, server, body, **kwargs):
+    return shell.cell("demo", body, options=f"--rpc {server.address}", **kwargs)
+
+
+def test_every_call_direction_that_can_run_remotely(shell, server):
+    remote_cell(shell, server, ADD_TIR + MAIN_PYFUNC + MAIN_RELAX + TWO_OUT)
+    demo = shell.ns["demo"]
+    out = torch.empty(5)
+    demo.add_tir(X, Y, out)  # a PrimFunc, destination-passing style: the output comes back
+    assert torch.equal(out, X + Y)
+    assert torch.equal(demo.main_relax(X, Y), X + Y)  # a Relax function
+    assert torch.equal(demo.main(X, Y), (X + Y) * 2)  # a pyfunc here, its call_tir there
+    total, product = demo.both(X, Y)  # a tuple comes back too
+    assert torch.equal(total, X + Y) and torch.equal(product, X * Y)
+    assert torch.equal(demo.call_tir("add_tir", [X, Y], out_ty=(5,)), X + Y)
+    assert demo.options.rpc == server.address
+    names = [name for name, _ in demo.stats.uploads]
+    assert "add_tir" in names and "relax_vm" in names
+
+
+def test_a_relax_function_that_calls_a_pyfunc_is_refused_at_the_cell(shell, server):
+    err = remote_cell(
+        shell, server, ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH, expect_error=IllFormedModuleError
+    )
+    assert err.function == "pipeline" and "remote" in str(err) and "scale" in str(err)
+    assert "demo" not in shell.ns or "pipeline" not in shell.ns["demo"].functions
+
+
+def test_uploads_are_incremental(shell, server):
+    remote_cell(shell, server, ADD_TIR, cell_id="kernel")
+    remote_cell(shell, server, MAIN_PYFUNC, cell_id="py")
+    demo = shell.ns["demo"]
+    demo.main(X, Y)
+    first = list(demo.stats.uploads)
+    assert [name for name, _ in first] == ["add_tir"]
+
+    remote_cell(shell, server, MAIN_PYFUNC.replace("z * 2", "z * 3"), cell_id="py")
+    assert torch.equal(demo.main(X, Y), (X + Y) * 3)
+    assert demo.stats.uploads == first  # a pyfunc edit uploads nothing
+
+    remote_cell(shell, server, ADD_TIR.replace("A[i] + B[i]", "A[i] - B[i]"), cell_id="kernel")
+    assert torch.equal(demo.main(X, Y), (X - Y) * 3)
+    assert [name for name, _ in demo.stats.uploads[len(first) :]] == ["add_tir"]  # one artifact
+
+    remote_cell(shell, server, ADD_TIR, cell_id="kernel")  # the first version again
+    assert torch.equal(demo.main(X, Y), (X + Y) * 3)
+    assert len(demo.stats.uploads) == 2  # already there in this session: not sent again
+
+
+def test_time_measures_on_the_remote_device(shell, server):
+    remote_cell(shell, server, MAIN_RELAX)
+    timing = shell.ns["demo"].time("main_relax", X, Y, number=20, repeat=3)
+    assert 0 < timing.median < 0.1 and "remote" in timing.function.how
+    assert server.address in timing.function.how
+
+
+def test_a_server_that_dies_gives_an_error_naming_it_then_the_next_call_recovers(shell):
+    with LocalRPC() as dying:
+        remote_cell(shell, dying, ADD_TIR + MAIN_RELAX)
+        demo = shell.ns["demo"]
+        assert torch.equal(demo.main_relax(X, Y), X + Y)
+        uploads = len(demo.stats.uploads)
+        dying.restart()  # killed, and started again on the same port
+        started = time.monotonic()
+        with pytest.raises(CallError) as caught:
+            demo.main_relax(X, Y)
+        assert time.monotonic() - started < 10
+        assert dying.address in str(caught.value) and caught.value.function == "main_relax"
+        assert torch.equal(demo.main_relax(X, Y), X + Y)  # reconnected and uploaded again
+        assert len(demo.stats.uploads) == uploads + 1
+        assert set(demo.functions) == {"add_tir", "main_relax"}  # nothing was lost
+
+
+def test_a_hung_server_gives_an_error_within_the_timeout(shell):
+    with LocalRPC() as hung:
+        shell.run("%config TVMModuleMagics.rpc_timeout = 3.0")
+        try:
+            remote_cell(shell, hung, MAIN_RELAX)
+            demo = shell.ns["demo"]
+            assert torch.equal(demo.main_relax(X, Y), X + Y)
+            os.killpg(hung.process.pid, signal.SIGSTOP)
+            started = time.monotonic()
+            with pytest.raises(CallError) as caught:
+                demo.main_relax(X, Y)
+            assert time.monotonic() - started < 6 and "did not answer within 3 s" in str(
+                caught.value
+            )
+        finally:
+            shell.run("%config TVMModuleMagics.rpc_timeout = 60.0")
+            os.killpg(hung.process.pid, signal.SIGCONT)
+
+
+def test_through_a_tracker(shell):
+    with LocalRPC(kind="tracker") as tracker, LocalRPC(tracker=tracker.port, key="board"):
+        shell.cell("demo", MAIN_RELAX, options=f"--rpc tracker=127.0.0.1:{tracker.port}/board")
+        assert torch.equal(shell.ns["demo"].main_relax(X, Y), X + Y)
+        shell.run("%tvmmodule_drop demo")  # frees the tracker's one server for the next module
+        shell.cell("other", MAIN_RELAX, options=f"--rpc tracker=127.0.0.1:{tracker.port}/nokey")
+        with pytest.raises(CallError) as caught:
+            shell.ns["other"].main_relax(X, Y)
+        assert "no server with key `nokey`" in str(caught.value) and "board" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "address, says",
+    [
+        ("127.0.0.1:1", "connection refused"),
+        ("no-such-host.invalid:9090", "no such host"),
+        ("nonsense", "write HOST:PORT"),
+        ("tracker=127.0.0.1:9190", "write tracker=HOST:PORT/KEY"),
+    ],
+)
+def test_bad_addresses_are_clear_errors(shell, address, says):
+    def run():
+        shell.cell("bad", MAIN_RELAX, options=f"--rpc {address}")
+        shell.ns["bad"].main_relax(X, Y)
+
+    with pytest.raises(TVMModuleError) as caught:
+        run()
+    assert says in str(caught.value)
+
+
+def test_a_target_device_mismatch_is_refused(shell, server):
+    err = shell.cell(
+        "bad",
+        MAIN_RELAX,
+        options=f"--rpc {server.address} --target cuda",
+        expect_error=TVMModuleError,
+    )
+    assert "runs on cuda devices" in str(err)
+
+
+def test_two_modules_share_one_server(shell, server):
+    remote_cell(shell, server, MAIN_RELAX)
+    shell.cell("second", MAIN_RELAX, options=f"--rpc {server.address}")
+    assert torch.equal(shell.ns["demo"].main_relax(X, Y), X + Y)
+    assert torch.equal(shell.ns["second"].main_relax(X, Y), X + Y)
