@@ -190,6 +190,7 @@ class ProgressLine(widgets.HTML):
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = super()._repr_mimebundle_(**kwargs)
         bundle["text/plain"] = f"{self.title}: {self.total} steps"
+        bundle["text/html"] = self.value
         return bundle
 
 
