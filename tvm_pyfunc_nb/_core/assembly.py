@@ -239,7 +239,8 @@ class Assembly:
         )
         for name in defined:
             earlier = before.get(name)
-            if earlier is not None and earlier.contribution != contribution.key:
+            rerun = earlier is not None and earlier.contribution == contribution.key
+            if earlier is not None and (not rerun or contribution.reports_rerun):
                 result.replaced[name] = self._origin(earlier.contribution)
         for name, entry in before.items():
             now = state.entries.get(name)

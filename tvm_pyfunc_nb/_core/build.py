@@ -277,22 +277,14 @@ class Build:
                 f"{', '.join(missing)}, which this process does not provide",
                 function=name,
             )
-        if self.is_gpu and not _binds_threads(func):
-            return CompileError(
-                f"has no GPU thread bindings, so it cannot run on target {self.target_name}; "
-                f'schedule it first, e.g. {self.module_name}.schedule("{name}", "dlight")',
-                function=name,
-            )
         start = time.perf_counter()
         try:
             lib = self.build_kernel_module(name, func)
-            if local_cpu:
-                lib.get_function(
-                    name
-                )  # JIT now, so the time is counted here and not at the first call
-        except (
-            Exception
-        ) as err:  # TVM raises many error types; each means "this PrimFunc does not compile"
+            if local_cpu:  # JIT now, so the time is counted here and not at the first call
+                lib.get_function(name)
+        except CompileError as err:
+            return err
+        except Exception as err:  # TVM raises many types; each means "this does not compile"
             return CompileError(
                 f"does not compile for target {self.target_name}: {last_reason(err)}", function=name
             )
@@ -302,10 +294,22 @@ class Build:
 
     def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
         """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
+        if self.is_gpu and not _binds_threads(func):
+            raise CompileError(self._unbound_advice(name, func), function=name)
         if self.checked and self.target.kind.name == "llvm":
             func = guard_bounds(guard_division(func, name), name)
         mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
         return tvm.tirx.build(mod, target=self.target)
+
+    def _unbound_advice(self, name: str, func: tvm.tirx.PrimFunc) -> str:
+        """Why a kernel without thread bindings cannot run on a GPU, and what to do that works."""
+        why = f"has no GPU thread bindings, so it cannot run on target {self.target_name}; "
+        if func.attrs.get("s_tir", False):
+            return why + f'schedule it first, e.g. {self.module_name}.schedule("{name}", "dlight")'
+        return why + (
+            "write it with @T.prim_func(s_tir=True) and T.sblock (blocks are what schedules "
+            f'work on), then schedule it, e.g. {self.module_name}.schedule("{name}", "dlight")'
+        )
 
     def _remember(self, name: str, key: int, func, lib) -> None:
         self._libs.setdefault(key, []).append((func, lib))

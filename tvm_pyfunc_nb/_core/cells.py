@@ -42,9 +42,10 @@ class CellFragment:
     first_line: int
     functions: dict[str, FunctionSource] = field(default_factory=dict)
     full_class: str | None = None  # the class name when the body is a full `@I.ir_module` class
-    preamble: list[tuple[str, int]] = field(
-        default_factory=list
-    )  # (statement, cell line), run before the functions
+    # (statement, cell line), run before the functions
+    preamble: list[tuple[str, int]] = field(default_factory=list)
+    # `I.module_attrs({...})` of a full class (as `script()` prints it): (its argument, cell line)
+    module_attrs: tuple[str, int] | None = None
 
 
 def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragment:
@@ -55,6 +56,9 @@ def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragme
     fragment = CellFragment(key=key, text=text, first_line=first_line, full_class=class_name)
     for node in [*tree.body, *body] if class_name else body:
         line = node.lineno + first_line - 1
+        if _is_module_attrs(node):
+            fragment.module_attrs = (ast.get_source_segment(text, node.value.args[0]), line)
+            continue
         if _is_docstring_or_ignorable(node) or isinstance(node, ast.ClassDef):
             continue
         if _is_preamble(node):
@@ -128,12 +132,16 @@ def _is_docstring_or_ignorable(node: ast.stmt) -> bool:
         and isinstance(node.value.value, str)
     ):
         return True
-    # `I.module_attrs({...})` as printed by TVM's own printer: carried by the module, not a
-    # function.
+    return _is_module_attrs(node)
+
+
+def _is_module_attrs(node: ast.stmt) -> bool:
+    """`I.module_attrs({...})`, as TVM's printer writes a module's attributes."""
     return (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Call)
         and _decorator_path(node.value) == ("I", "module_attrs")
+        and len(node.value.args) == 1
     )
 
 

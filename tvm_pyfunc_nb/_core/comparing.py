@@ -177,7 +177,7 @@ def op_checks(trace: Trace, origin: TorchOrigin, args, rtol: float, atol: float)
     """Each traced binding against its FX node's value, where it has one."""
     values, _ = origin.fx_values(args)
     checks = []
-    for traced in trace.values:
+    for traced in trace.intermediates:
         node = origin.bindings.get(traced.name)
         expected = None
         if node is not None and node.exact:

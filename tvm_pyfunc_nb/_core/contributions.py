@@ -17,6 +17,7 @@ from typing import Any
 from tvm import relax
 from tvm.ir import GlobalVar
 
+from ..errors import CellSyntaxError
 from .cells import PYFUNC, CellFragment, FunctionSource
 from .pyfunc_loader import CellGlobals, load_pyfunc, run_preamble
 from .tvmscript_parse import parse_fragment
@@ -68,6 +69,9 @@ class Contribution:
     filename: str = ""  # its cell text in linecache ("" when it has none)
     derived_from: object = None  # a contribution whose next run drops this one (a schedule's cell)
     attrs: Mapping[str, Any] = field(default_factory=dict)  # module attrs it brings (an import's)
+    # a run again replaces the same key, and says so (an `add` of the same names; not a cell,
+    # whose run again is an edit of itself)
+    reports_rerun: bool = False
     global_infos: Mapping[str, Any] = field(default_factory=dict)
 
     def with_entries(self, entries: Mapping[str, FunctionEntry]) -> Contribution:
@@ -165,4 +169,19 @@ def from_cell(
             fragment.functions[name], fragment.key, filename, gvar, func, run=run
         )
     ordered = {name: entries[name] for name in fragment.functions}
-    return Contribution(fragment.key, origin, ordered, filename)
+    attrs = _module_attrs(fragment, filename, cell_globals)
+    return Contribution(fragment.key, origin, ordered, filename, attrs=attrs)
+
+
+def _module_attrs(fragment: CellFragment, filename: str, cell_globals) -> dict[str, Any]:
+    """The attributes a full class's `I.module_attrs({...})` gives the module."""
+    if fragment.module_attrs is None:
+        return {}
+    text, line = fragment.module_attrs
+    try:
+        attrs = eval(compile("\n" * (line - 1) + text, filename, "eval"), cell_globals)
+    except Exception as err:
+        raise CellSyntaxError(f"I.module_attrs: {type(err).__name__}: {err}", line=line) from None
+    if not isinstance(attrs, dict):
+        raise CellSyntaxError("I.module_attrs takes a dict", line=line)
+    return {k: v for k, v in attrs.items() if k != "base_py_module"}

@@ -19,11 +19,12 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..errors import CallError
-from .printer import function_script, member_sources, module_script
+from .printer import member_sources, module_script
 
 _MARKER = "__tvmnb_const_"
 _MARKER_DECLARATION = re.compile(rf"^\s*{_MARKER}\d+: .*\n", re.MULTILINE)
 _MARKER_USE = re.compile(rf"\b{_MARKER}(\d+)\b")
+_TYPE_VARS = re.compile(r'^((\w+) = TypeVar\("\w+"\))$', re.MULTILINE)
 
 
 class ConstantTable:
@@ -124,11 +125,14 @@ def function_text(
     consts: ConstantTable,
     preferred: Mapping[Any, str],
 ) -> str:
-    """`fn` as `module_script` shows it, with `NAME.consts.<name>` for each tensor constant."""
-    if not tensor_constants(ir_mod[fn]):
-        return function_script(module_name, ir_mod, fn)
+    """`fn` as `module_script` shows it, with `NAME.consts.<name>` for each tensor constant, and
+    the `TypeVar` lines of the symbolic sizes it uses, so that it runs as a cell on its own."""
     text = module_text(module_name, ir_mod, consts, preferred, f"{module_name}.consts.")
-    return member_sources(text)[fn]
+    function = member_sources(text)[fn]
+    sizes = [line for line, name in _TYPE_VARS.findall(text) if re.search(rf"\b{name}\b", function)]
+    if not sizes:
+        return function
+    return "from typing import TypeVar\n" + "\n".join(sizes) + "\n\n" + function
 
 
 def name_constants(ir_mod: tvm.IRModule, consts: ConstantTable, preferred: Mapping[Any, str]):

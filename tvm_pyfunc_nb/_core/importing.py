@@ -72,7 +72,7 @@ def added_contribution(
         fn_name: _entry(fn_name, func, pyfuncs, key, run, namespace, module_name)
         for fn_name, (func, pyfuncs) in found.items()
     }
-    return Contribution(key, origin, functions, attrs=attrs, global_infos=infos)
+    return Contribution(key, origin, functions, attrs=attrs, global_infos=infos, reports_rerun=True)
 
 
 def _name_of(item: Any, name: str | None) -> str:
@@ -109,14 +109,11 @@ def _entry(
         raise CallError(f"add: `{name}` is not a valid function name", function=name)
     for kind, of_kind in ((PRIMFUNC, tvm.tirx.PrimFunc), (RELAX, relax.Function)):
         if isinstance(func, of_kind):
-            return FunctionEntry(
-                FunctionSource(name, kind, "", 0),
-                key,
-                "",
-                GlobalVar(name),
-                func.with_attr("global_symbol", name),
-                run=run,
-            )
+            if kind == RELAX:  # its own variables: the same function may be added twice
+                func = relax.utils.copy_with_new_vars(func)
+            func = func.with_attr("global_symbol", name)
+            source = FunctionSource(name, kind, "", 0)
+            return FunctionEntry(source, key, "", typed_global_var(name, func), func, run=run)
     if is_pyfunc_extern(func):
         return _pyfunc_from_module(name, func, pyfuncs.get(name), key, run, namespace, module_name)
     if isinstance(func, relax.ExternFunc):
@@ -129,6 +126,11 @@ def _entry(
         source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
         return pyfunc_entry(source, key, "", func, run)
     raise CallError(f"add takes {ADDABLE}, not {type(func).__name__}", function=name)
+
+
+def typed_global_var(name: str, func) -> GlobalVar:
+    """A `GlobalVar` that carries `func`'s type, as the parser's do: calls to it then check."""
+    return relax.BlockBuilder().add_func(func, name)
 
 
 def _pyfunc_from_module(

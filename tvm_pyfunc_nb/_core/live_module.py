@@ -28,9 +28,8 @@ import torch
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.ir import GlobalVar
 
-from ..errors import CallError, CompileError, TVMModuleError
+from ..errors import CallError, CompileError, TVMModuleError, last_reason
 from . import front_end
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
@@ -43,7 +42,7 @@ from .contributions import Contribution, FunctionEntry, from_cell, next_run, own
 from .crash_guards import has_guards
 from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
-from .importing import TorchOrigin, added_contribution, import_torch
+from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
 from .relax_rewrite import py_func_calls, relax_closure, sub_module
@@ -241,7 +240,10 @@ class LiveModule:
             namespace=self.namespace,
             origin=f"{self.name}.add({_what(obj)})",
         )
-        return self._apply(self._assembly.propose(contribution))
+        result = self._apply(self._assembly.propose(contribution))
+        for defined in result.defined:  # no longer the function a PyTorch model became
+            self._torch_origins.pop(defined, None)
+        return result
 
     def add_torch(
         self, model, example_args, *, name: str = "main", dynamic_shapes=None
@@ -546,6 +548,14 @@ class LiveModule:
             mine = Measurement(fn, samples, f"time_evaluator on {where}")
         reference = None
         if against is not None:
+            try:
+                against(*args)
+            except Exception as err:
+                raise CallError(
+                    f"the reference `{name_of(against)}` refused these arguments: "
+                    f"{type(err).__name__}: {last_reason(err)}",
+                    function=fn,
+                ) from err
             reference = Measurement(
                 name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
             )
@@ -631,15 +641,14 @@ class LiveModule:
         name = entry.name
         base = self._original_kernel(entry).contribution
         key = ("schedule", name)
+        func = func.with_attr("global_symbol", name)
+        source = FunctionSource(name, PRIMFUNC, "", 0)
         scheduled = FunctionEntry(
-            FunctionSource(name, PRIMFUNC, "", 0),
-            key,
-            "",
-            GlobalVar(name),
-            func.with_attr("global_symbol", name),
-            run=next_run(),
+            source, key, "", typed_global_var(name, func), func, run=next_run()
         )
-        contribution = Contribution(key, origin, {name: scheduled}, derived_from=base)
+        contribution = Contribution(
+            key, origin, {name: scheduled}, derived_from=base, reports_rerun=True
+        )
         return self._apply(self._assembly.propose(contribution))
 
     def _linked_for(self, fn: str, what: str):

@@ -40,6 +40,7 @@ def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm
     """`func` with DLight's default schedule rules for `target` applied."""
     from tvm.s_tir import dlight as dl
 
+    _needs_blocks(func, name)
     if "gpu" in target.keys:
         rules = [
             dl.gpu.Matmul(),
@@ -67,17 +68,21 @@ def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm
 
 def by_hand(func: tvm.tirx.PrimFunc, name: str, how: Callable) -> tvm.tirx.PrimFunc:
     """`func` after `how(sch)` applied primitives to `sch`, a `tvm.s_tir.Schedule` of it."""
-    if not func.attrs.get("s_tir", False):
-        raise ScheduleError(
-            "has no blocks to schedule: write it with `@T.prim_func(s_tir=True)` and `T.sblock`",
-            function=name,
-        )
+    _needs_blocks(func, name)
     sch = tvm.s_tir.Schedule(tvm.IRModule({SCHEDULED_NAME: func}))
     try:
         how(sch)
     except Exception as err:  # TVM's ScheduleError, or the user's own mistake
         raise ScheduleError(f"{_where(err, how)}{last_reason(err)}", function=name) from err
     return sch.mod[SCHEDULED_NAME]
+
+
+def _needs_blocks(func: tvm.tirx.PrimFunc, name: str) -> None:
+    if not func.attrs.get("s_tir", False):
+        raise ScheduleError(
+            "has no blocks to schedule: write it with `@T.prim_func(s_tir=True)` and `T.sblock`",
+            function=name,
+        )
 
 
 def _where(err: BaseException, how: Callable) -> str:

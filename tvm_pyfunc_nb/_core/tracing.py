@@ -81,16 +81,16 @@ class TracedValue:
 class Trace(Mapping[str, torch.Tensor]):
     """The intermediates of one run of `function`, in order: `trace["lv1"]` is a `torch.Tensor`.
 
-    `trace.output` is what the function returned; `trace.values` the
+    `trace.output` is what the function returned; `trace.intermediates` the
     `TracedValue`s (binding, op, value); shown as a table of binding, op,
     shape, dtype and min/max/mean.
     """
 
-    def __init__(self, function: str, values: list[TracedValue], output):
+    def __init__(self, function: str, intermediates: list[TracedValue], output):
         self.function = function
-        self.values = values
+        self.intermediates = intermediates
         self.output = output
-        self._by_name = {v.name: v.value for v in values}
+        self._by_name = {v.name: v.value for v in intermediates}
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._by_name[name]
@@ -105,7 +105,7 @@ class Trace(Mapping[str, torch.Tensor]):
         """`(binding, op, shape, dtype, "min / max / mean")` for each intermediate."""
         return [
             (v.name, v.op, str(list(v.value.shape)), _dtype(v.value), summary(v.value))
-            for v in self.values
+            for v in self.intermediates
         ]
 
     def __repr__(self) -> str:
