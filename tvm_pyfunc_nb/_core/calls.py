@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,14 +37,17 @@ from .tensors import to_torch, to_tvm_args, write_back
 _CLOCK_OFFSET = time.time() - time.perf_counter()
 
 
-@dataclass(slots=True)
-class CallRecord:
-    """The latest call of one function, for the results pane: references, not copies."""
+class CallRecord(NamedTuple):
+    """The latest call of one function, for the results pane: references, not copies.
+
+    The fast paths store it as a plain tuple of these fields (a tuple is the cheapest thing
+    a call can leave behind); `RecordView` gives the fields their names.
+    """
 
     args: tuple
     result: Any
     seconds: float  # the call's own run time, compiles it triggered excluded
-    end: float  # perf_counter() when it returned
+    end: float  # perf_counter() when it returned: a new call, a new `end`
     compiled: tuple = ()  # CompileRecords this call triggered
     error: BaseException | None = None
     compile_seconds: float = 0.0  # spent compiling during the call (not in `seconds`)
@@ -54,6 +56,22 @@ class CallRecord:
     def when(self) -> float:
         """The wall-clock time (`time.time()`) at which the call returned."""
         return self.end + _CLOCK_OFFSET
+
+
+class RecordView(Mapping[str, CallRecord]):
+    """`NAME.last_calls`: the latest call of each function, as `CallRecord`s."""
+
+    def __init__(self, records: dict[str, tuple]):
+        self._records = records
+
+    def __getitem__(self, name: str) -> CallRecord:
+        return CallRecord._make(self._records[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
 
 
 class CallTable:
@@ -65,18 +83,18 @@ class CallTable:
 
     def __init__(self, owner: object, resolve: Callable[[str], Callable], stats):
         self.version = 0
-        self.records: dict[str, CallRecord] = {}
+        self.records: dict[str, tuple] = {}  # name -> the fields of its latest CallRecord
         self._owner_dict = owner.__dict__
         self._owner_type = type(owner)
         self._resolve = resolve
         self._stats = stats
-        self._handles: dict[str, Callable] = {}
+        self.handles: dict[str, Callable] = {}  # name -> its fast callable, until a change
 
     def handle(self, name: str) -> Callable:
         """The fast callable of `name`, resolved now if the module changed since it was made."""
-        fast = self._handles.get(name)
+        fast = self.handles.get(name)
         if fast is None:
-            fast = self._handles[name] = self._resolve(name)
+            fast = self.handles[name] = self._resolve(name)
             if name not in self._owner_dict and not hasattr(self._owner_type, name):
                 self._owner_dict[name] = fast  # `NAME.fn` is a plain attribute lookup from now on
         return fast
@@ -84,7 +102,7 @@ class CallTable:
     def changed(self, redefined=(), remaining=None) -> None:
         """The module changed: handles re-resolve; records of redefined or gone functions go."""
         self.version += 1
-        for name, fast in self._handles.items():
+        for name, fast in self.handles.items():
             if self._owner_dict.get(name) is fast:
                 del self._owner_dict[name]
             # A callable may outlive the change (held by a user, or by a traceback in IPython's
@@ -92,7 +110,7 @@ class CallTable:
             release = getattr(fast, "release", None)
             if release is not None:
                 release()
-        self._handles.clear()
+        self.handles.clear()
         for name in list(self.records):
             if name in redefined or (remaining is not None and name not in remaining):
                 del self.records[name]  # a new definition has had no call yet
@@ -109,8 +127,14 @@ class CallTable:
     ) -> None:
         end = time.perf_counter()
         compiling = self._stats.seconds - compile_mark
-        self.records[name] = CallRecord(
-            args, result, end - start - compiling, end, compiled, error, compiling
+        self.records[name] = (
+            args,
+            result,
+            end - start - compiling,
+            end,
+            compiled,
+            error,
+            compiling,
         )
 
     # -- the callables ---------------------------------------------------------------
@@ -136,7 +160,7 @@ class CallTable:
                 raise error from err
             end = perf_counter()
             compiling = stats.seconds - mark
-            records[name] = CallRecord(args, out, end - start - compiling, end, (), None, compiling)
+            records[name] = (args, out, end - start - compiling, end, (), None, compiling)
             return out
 
         _describe(call, entry)
@@ -198,7 +222,7 @@ class CallTable:
                 # a pyfunc's error keeps its own traceback
                 raise error from (error.__cause__ or err)
             end = perf_counter()
-            records[name] = CallRecord(args, out, end - start, end, compiled)
+            records[name] = (args, out, end - start, end, compiled, None, 0.0)
             compiled = ()
             return out
 
@@ -231,7 +255,7 @@ class CallTable:
                 table.record(name, args, None, start, stats.seconds, (), error)
                 raise error from err
             end = perf_counter()
-            records[name] = CallRecord(args, out, end - start, end, compiled)
+            records[name] = (args, out, end - start, end, compiled, None, 0.0)
             compiled = ()
             return out
 

@@ -34,7 +34,7 @@ from . import front_end
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
 from .calling import allocate_outputs
-from .calls import CallTable, refused, signature_of, unknown_function
+from .calls import CallTable, RecordView, refused, signature_of, unknown_function
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource, split_cell
 from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
@@ -297,7 +297,7 @@ class LiveModule:
     @property
     def last_calls(self) -> dict:
         """`{name: CallRecord}`: each function's latest call (arguments, result, own run time)."""
-        return self._calls.records
+        return RecordView(self._calls.records)
 
     def entry(self, name: str) -> FunctionEntry:
         """What the module knows of function `name`: source, kind, origin, TVM function."""

@@ -130,36 +130,71 @@ class PyFuncTrampoline:
 
     def ffi_function(self) -> tvm_ffi.Function:
         """This trampoline as TVM calls it: tensors arrive as torch tensors, converted in C (no
-        `from_dlpack`).
-        """
-        return tvm_ffi.convert_func(self, tensor_cls=torch.Tensor)
+        `from_dlpack`). The common case (torch tensors in, one contiguous tensor out as declared)
+        runs in one closure, with what it checks bound to its locals."""
+        calls_ref, name, unpack, shared, tensor = (
+            self.calls_ref,
+            self.pyfunc,
+            self.unpack,
+            self._shared,
+            torch.Tensor,
+        )
+        dtype, ndim, static_sizes = self._quick or (None, -1, ())
+        general = self.__call__
+
+        def trampoline(*args):
+            calls = calls_ref()
+            if calls is None or unpack:
+                return general(*args)
+            for arg in args:
+                if arg.__class__ is not tensor:
+                    return general(*args)
+            try:
+                pyfunc = calls.handles.get(name) or self._pyfunc(calls)
+                result = pyfunc(*args)
+                if (
+                    result.__class__ is tensor
+                    and result.dtype is dtype
+                    and result.dim() == ndim
+                    and result.is_contiguous()
+                ):
+                    shape = result.shape
+                    for axis, size in static_sizes:
+                        if shape[axis] != size:
+                            break
+                    else:
+                        for _, axis, i, in_axis in shared:
+                            if shape[axis] != args[i].shape[in_axis]:
+                                break
+                        else:
+                            return result  # handed back as it is: no check failed, no copy
+                return self._returned(result, args)
+            except BaseException as err:
+                pending_error.error = err
+                raise
+
+        return tvm_ffi.convert_func(trampoline, tensor_cls=torch.Tensor)
 
     def __call__(self, *args):
+        """The general path: tuples unpacked, arguments converted, every result checked."""
         calls = self.calls_ref()
         try:
             if calls is None:
                 raise CallError(f"the module that defined pyfunc `{self.pyfunc}` was dropped")
             if self.unpack and len(args) == 1:
                 args = tuple(args[0])
-            for arg in args:
-                if arg.__class__ is not torch.Tensor:
-                    args = tuple(to_torch(a) for a in args)
-                    break
-            result = self._pyfunc(calls)(*args)
-            if (
-                result.__class__ is torch.Tensor
-                and self._fits(result)
-                and self._agrees(args, result)
-            ):
-                # the common case: one contiguous tensor as declared, handed back as it is
-                return result
-            outputs = result if isinstance(result, (tuple, list)) else (result,)
-            self._check(outputs, args)
-            converted = [to_tvm_tensor(to_tvm_arg(o)) for o in outputs]
-            return converted[0] if len(converted) == 1 else converted
+            args = tuple(a if a.__class__ is torch.Tensor else to_torch(a) for a in args)
+            return self._returned(self._pyfunc(calls)(*args), args)
         except BaseException as err:
             pending_error.error = err
             raise
+
+    def _returned(self, result, args: Sequence):
+        """`result` checked against `out_ty` and converted for TVM."""
+        outputs = result if isinstance(result, (tuple, list)) else (result,)
+        self._check(outputs, args)
+        converted = [to_tvm_tensor(to_tvm_arg(o)) for o in outputs]
+        return converted[0] if len(converted) == 1 else converted
 
     def _pyfunc(self, calls) -> Callable:
         """The current pyfunc; it may not exist yet (a Relax function may name one a later cell
@@ -174,29 +209,6 @@ class PyFuncTrampoline:
                 "add_python_function, then call again (nothing needs recompiling)",
                 function=self.caller,
             ) from None
-
-    def _fits(self, out: torch.Tensor) -> bool:
-        """Quick check of a single tensor result; False sends it through the full check and
-        conversion.
-        """
-        if self._quick is None:
-            return False
-        dtype, ndim, static_sizes = self._quick
-        if out.dtype is not dtype or out.dim() != ndim or not out.is_contiguous():
-            return False
-        if static_sizes:
-            shape = out.shape
-            return all(shape[i] == size for i, size in static_sizes)
-        return True
-
-    def _agrees(self, args: Sequence, out: torch.Tensor) -> bool:
-        """Whether a single result's symbolic sizes equal the inputs' (`n` in `x` and `out_ty`)."""
-        shape = out.shape
-        # a plain loop: `all(<genexpr>)` costs more on this hot path
-        for _, axis, i, in_axis in self._shared:  # noqa: SIM110
-            if shape[axis] != args[i].shape[in_axis]:
-                return False
-        return True
 
     def _check(self, outputs: Sequence, args: Sequence) -> None:
         if len(outputs) != len(self.expected):

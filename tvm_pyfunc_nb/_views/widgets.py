@@ -63,9 +63,10 @@ class FunctionPane(widgets.HBox):
                 self._shown = _REPLACED
             return
         record = self.live.last_calls.get(self.name)
-        if record is not self._shown:
+        shown = record.end if record is not None else None  # a new call has a new end
+        if shown != self._shown:
             self.results.value = render.results_html(self.live, self.name, record)
-            self._shown = record
+            self._shown = shown
 
     def _is_current(self) -> bool:
         live = self.live
