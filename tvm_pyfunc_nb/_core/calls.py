@@ -182,10 +182,8 @@ class CallTable:
         def converted_call(args):
             passed = to_tvm_args(args)
             out = holder[0](*passed)
-            if writes_args:
-                write_back(
-                    args, passed
-                )  # outputs passed as views were written to contiguous copies
+            if writes_args:  # outputs passed as views were written to contiguous copies
+                write_back(args, passed)
             return out
 
         def call(*args, **kwargs):
@@ -203,11 +201,10 @@ class CallTable:
                         out = converted_call(args)
                         break
                 else:
+                    # ... and a view, which TVM refuses before running, is copied
                     try:
                         out = holder[0](*args)
-                    except (
-                        ValueError
-                    ):  # ... and a view, which TVM refuses before running, is copied
+                    except ValueError:
                         if all(arg.is_contiguous() for arg in args):
                             raise
                         out = converted_call(args)

@@ -623,12 +623,7 @@ class LiveModule:
         return report
 
     def _prim_entry(self, kernel: str, what: str) -> FunctionEntry:
-        entry = self.entry(kernel)
-        if entry.kind != PRIMFUNC:
-            raise CallError(
-                f"{what} needs a PrimFunc, but `{kernel}` is a {entry.kind}", function=kernel
-            )
-        return entry
+        return self._entry_of_kind(kernel, PRIMFUNC, what)
 
     def _original_kernel(self, entry: FunctionEntry) -> FunctionEntry:
         """The kernel as its cell (or `add`) made it, before any schedule."""
@@ -659,11 +654,13 @@ class LiveModule:
         return linked
 
     def _relax_entry(self, fn: str, what: str) -> FunctionEntry:
+        return self._entry_of_kind(fn, RELAX, what)
+
+    def _entry_of_kind(self, fn: str, kind: str, what: str) -> FunctionEntry:
         entry = self.entry(fn)
-        if entry.kind != RELAX:
-            raise CallError(
-                f"{what} needs a Relax function, but `{fn}` is a {entry.kind}", function=fn
-            )
+        if entry.kind != kind:
+            wanted = {PRIMFUNC: "a PrimFunc", RELAX: "a Relax function"}[kind]
+            raise CallError(f"{what} needs {wanted}, but `{fn}` is a {entry.kind}", function=fn)
         return entry
 
     # -- compiling -----------------------------------------------------------------
@@ -830,11 +827,7 @@ class LiveModule:
         `out_sinfo=` is accepted as the spelling of TVM before 0.27.
         """
         name = _function_name(tir_func)
-        entry = self.entry(name)
-        if entry.kind != PRIMFUNC:
-            raise CallError(
-                f"call_tir needs a PrimFunc, but `{name}` is a {entry.kind}", function=name
-            )
+        entry = self._prim_entry(name, "call_tir")
         out_ty = _out_ty(out_ty, out_sinfo, "call_tir", name)
         args = list(args) if isinstance(args, (list, tuple)) else [args]
         outputs = allocate_outputs(entry.func, name, args, out_ty)

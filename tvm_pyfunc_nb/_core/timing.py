@@ -122,9 +122,10 @@ def name_of(func: Callable) -> str:
     return f"torch.{name}" if getattr(torch, name, None) is func else name
 
 
-def duration(seconds: float) -> str:
+def duration(seconds: float, digits: int = 3) -> str:
+    """`12.3 µs`, `1.234 ms`, `2.500 s`: `digits` after the point (one fewer in microseconds)."""
     if seconds < 1e-3:
-        return f"{seconds * 1e6:.2f} µs"
+        return f"{seconds * 1e6:.{max(digits - 1, 0)}f} µs"
     if seconds < 1:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds:.3f} s"
+        return f"{seconds * 1e3:.{digits}f} ms"
+    return f"{seconds:.{digits}f} s"

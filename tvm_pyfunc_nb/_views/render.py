@@ -31,6 +31,7 @@ from .._core.cells import PRIMFUNC, PYFUNC, RELAX
 from .._core.live_module import LiveModule, UpdateResult
 from .._core.printer import member_sources, module_script
 from .._core.tensors import describe, to_torch
+from .._core.timing import duration
 from ..errors import TVMModuleError
 
 MAX_VALUES = 6  # values of a tensor shown in a results pane
@@ -203,11 +204,7 @@ def _error_text(error: BaseException) -> str:
 
 
 def _duration(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
-    if seconds < 1:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
+    return duration(seconds, digits=1)
 
 
 def muted_html(text: str) -> str:
