@@ -235,6 +235,13 @@ class TVMModuleMagics(Magics):
     # -- helpers -----------------------------------------------------------------------
     def _option(self, args, name: str):
         given = getattr(args, name)
+        if (
+            isinstance(given, str)
+            and len(given) > 1
+            and given[0] == given[-1]
+            and given[0] in "'\""
+        ):
+            given = given[1:-1]  # IPython keeps the quotes of `--target '{"kind": "llvm"}'`
         return given if given is not None else getattr(self, name)
 
     def _live(self, name: str) -> LiveModule:

@@ -8,7 +8,11 @@ while `%tb` still has the full chain (`__cause__`).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
+from collections.abc import Iterator
 
 MAX_DETAIL_LINES = 12
 # TVM's assertion prefix, `Check failed: (IsBaseOf(a, b)) is false: `, says nothing to a user
@@ -103,3 +107,21 @@ def last_reason(err: BaseException) -> str:
     useful = [ln for ln in lines if not _is_noise(ln)]
     text = _CHECK_FAILED.sub("", useful[-1]) if useful else type(err).__name__
     return text if len(text) < 300 else text[:297] + "..."
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Nothing TVM's C++ side writes to stderr (fd 2) reaches the notebook meanwhile.
+
+    TVM logs warnings while it formats some errors, and when an IR builder a failed parse
+    left behind is collected; in a notebook they would land in whichever cell runs next.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -18,7 +18,7 @@ import tvm_ffi
 from tvm import relax, tirx
 from tvm.ir import GlobalVar
 
-from ..errors import IllFormedModuleError, last_reason
+from ..errors import IllFormedModuleError, last_reason, native_stderr_silenced
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .contributions import Contribution, FunctionEntry, owners
 from .crash_guards import out_of_bounds
@@ -317,7 +317,8 @@ def _check_prim_func(entry: FunctionEntry) -> None:
         raise IllFormedModuleError(
             f"not a well-formed PrimFunc: {last_reason(err)}", function=entry.name, line=entry.line
         ) from err
-    outside = out_of_bounds(entry.func)  # running it could corrupt memory or segfault
+    with native_stderr_silenced():  # TVM's printer warns while it formats the report
+        outside = out_of_bounds(entry.func)  # running it could corrupt memory or segfault
     if outside:
         raise IllFormedModuleError(outside[0], function=entry.name, line=outside[1] or entry.line)
 

@@ -246,16 +246,19 @@ class Build:
 
     # -- PrimFuncs -----------------------------------------------------------------
     def kernel(self, name: str, func: tvm.tirx.PrimFunc, *, use_cache: bool = True):
-        """The compiled library of one PrimFunc (built now unless a cache has it)."""
+        """The compiled library of one PrimFunc (built now unless a cache has it).
+
+        What this build made itself is always used again; `use_cache=False` bypasses the
+        compile cache on disk (`recompile` also forgets what is in memory first)."""
         key = tvm_ffi.structural_hash(func)
+        for known, lib in self._libs.get(key, ()):
+            if tvm_ffi.structural_equal(known, func):
+                self._libs.move_to_end(key)
+                self._note_version(name, key)
+                if not isinstance(lib, CompileError):
+                    self.stats.served_by("memory", name)
+                return _raise_if_failed(lib, name)
         if use_cache:
-            for known, lib in self._libs.get(key, ()):
-                if tvm_ffi.structural_equal(known, func):
-                    self._libs.move_to_end(key)
-                    self._note_version(name, key)
-                    if not isinstance(lib, CompileError):
-                        self.stats.served_by("memory", name)
-                    return _raise_if_failed(lib, name)
             lib = self.persistent.load(name, func, self.key) if self.persistent else None
             if lib is not None:
                 self.stats.served_by("disk", name)
@@ -296,10 +299,14 @@ class Build:
         """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
         if self.is_gpu and not _binds_threads(func):
             raise CompileError(self._unbound_advice(name, func), function=name)
+        mod = tvm.IRModule({tvm.ir.GlobalVar(name): self._as_built(name, func)})
+        return tvm.tirx.build(mod, target=self.target)
+
+    def _as_built(self, name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+        """`func` as this build compiles it: named `name`, guards in if checked (CPU)."""
         if self.checked and self.target.kind.name == "llvm":
             func = guard_bounds(guard_division(func, name), name)
-        mod = tvm.IRModule({tvm.ir.GlobalVar(name): func.with_attr("global_symbol", name)})
-        return tvm.tirx.build(mod, target=self.target)
+        return func.with_attr("global_symbol", name)
 
     def _unbound_advice(self, name: str, func: tvm.tirx.PrimFunc) -> str:
         """Why a kernel without thread bindings cannot run on a GPU, and what to do that works."""
@@ -353,20 +360,26 @@ class Build:
         return self.link(mod, use_cache=use_cache).vm(self.device)
 
     def export_library(self, mod: tvm.IRModule, kernels: dict[str, object], path: str) -> list[str]:
-        """Link the Relax functions of `mod` and every library in `kernels` into one file at
-        `path`, as `tvm.runtime.load_module` loads it; returns the kernels' names."""
+        """Link the Relax functions of `mod` and the PrimFuncs `kernels` into one file at `path`,
+        as `tvm.runtime.load_module` loads it; returns the kernels' names.
+
+        The kernels are built again, together: a library loaded from the compile cache
+        cannot be exported a second time."""
         builder = relax.ExecBuilder()
-        linked: dict[str, object] = {}
+        functions: dict[str, tvm.tirx.PrimFunc] = {}
         if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
-            leftover = _vmcodegen(builder, self.lower(mod))
-            linked = {gv.name_hint: self.kernel(gv.name_hint, f) for gv, f in _prim_funcs(leftover)}
-        linked.update({name: lib for name, lib in kernels.items() if name not in linked})
+            functions = {
+                gv.name_hint: f for gv, f in _prim_funcs(_vmcodegen(builder, self.lower(mod)))
+            }
+        functions.update({name: f for name, f in kernels.items() if name not in functions})
         try:
-            executable = _vm_ffi.VMLink(builder, self.target, None, list(linked.values()), {})
+            guarded = {tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in functions.items()}
+            libs = [tvm.tirx.build(tvm.IRModule(guarded), target=self.target)] if guarded else []
+            executable = _vm_ffi.VMLink(builder, self.target, None, libs, {})
             executable.export_library(path)
         except Exception as err:
             raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
-        return list(linked)
+        return list(functions)
 
     def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
         """`mod` after this module's Relax pipeline, for the target."""

@@ -111,10 +111,12 @@ def module_text(
     consts: ConstantTable,
     preferred: Mapping[Any, str],
     prefix: str,
+    *,
+    py_module: bool = False,
 ) -> str:
     """`module_script`, each tensor constant written `<prefix><name>` (e.g. `demo.consts.w1`)."""
     marked, names = _marked(ir_mod, consts, preferred)
-    text = _MARKER_DECLARATION.sub("", module_script(module_name, marked))
+    text = _MARKER_DECLARATION.sub("", module_script(module_name, marked, py_module=py_module))
     return _MARKER_USE.sub(lambda m: f"{prefix}{names[int(m.group(1))]}", text)
 
 

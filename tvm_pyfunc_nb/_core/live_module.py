@@ -397,7 +397,9 @@ class LiveModule:
                 )
             args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
             example = (fn, args, self.get_function(fn)(*args))
-        script = module_text(self.name, self.ir_mod, self.consts, self._constant_names(), "consts.")
+        script = module_text(
+            self.name, self.ir_mod, self.consts, self._constant_names(), "consts.", py_module=True
+        )
         constants = {name: self.consts.numpy(name) for name in self.consts}
         pyfuncs = [n for n, kind in self.functions.items() if kind == PYFUNC]
         text = python_file(self.name, script, pyfuncs, constants, example)
@@ -426,7 +428,7 @@ class LiveModule:
                 left_out[name] = "calls Python (a pyfunc), which a library cannot carry"
             else:
                 relax_names.append(name)
-        kernels = {n: self._kernel(e) for n, e in state.entries.items() if e.kind == PRIMFUNC}
+        kernels = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
         mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
         linked = self._build.export_library(mod, kernels, path)
         return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
@@ -515,13 +517,15 @@ class LiveModule:
         (`"asm"`) on a CPU target, CUDA source on a CUDA target; for a Relax function, that of
         every kernel it runs."""
         entry = self.entry(fn)
-        target = self._build.target
+        build, target = self._build, self._build.target
+        # built again here: a library the compile cache loaded from disk holds no source
         if entry.kind == PRIMFUNC:
-            return generated_source(self._kernel(entry), fn, target, fmt)
+            return generated_source(build.build_kernel_module(fn, entry.func), fn, target, fmt)
         linked = self._linked_for(fn, "source")
         comment = ";" if target.kind.name == "llvm" and fmt in (None, "ll", "llvm") else "//"
         return "\n".join(
-            f"{comment} kernel {k}\n{generated_source(linked.kernels[k], k, target, fmt)}"
+            f"{comment} kernel {k}\n"
+            + generated_source(build.build_kernel_module(k, linked.lowered[k]), k, target, fmt)
             for k in kernels_of(linked, fn)
         )
 
@@ -617,8 +621,14 @@ class LiveModule:
             original.func,
             self._build.target,
         )
-        progress = front_end.current().progress(self, f"tuning {kernel}", trials)
-        func, report = tune(original.func, kernel, self._build.target, trials, work_dir, progress)
+        func, report = tune(
+            original.func,
+            kernel,
+            self._build.target,
+            trials,
+            work_dir,
+            lambda todo: front_end.current().progress(self, f"tuning {kernel}", todo),
+        )
         self._replace_kernel(original, func, f"{self.name}.tune({kernel!r}, trials={trials})")
         return report
 

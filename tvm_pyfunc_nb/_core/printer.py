@@ -36,23 +36,26 @@ _INDENT = 4
 _CELL_MODULES = ("tvm", "torch")
 
 
-def module_script(name: str, ir_mod: tvm.IRModule) -> str:
+def module_script(name: str, ir_mod: tvm.IRModule, *, py_module: bool = False) -> str:
     """The whole module as runnable TVMScript: an `@I.ir_module class NAME`.
 
     Executing the text (registered in `linecache`, since TVMScript reads its
     source through `inspect`) gives back equal PrimFuncs and Relax functions
     and the same pyfuncs, whose sources `member_sources` recovers exactly.
+    The class inherits `BasePyModule` when it holds pyfuncs, or if `py_module`
+    (then executing it gives upstream's module factory, even without pyfuncs).
     """
     pyfuncs = _pyfunc_sources(ir_mod)
+    py_module = py_module or bool(pyfuncs)
     printed = ir_mod.script(name=name, extra_config=_PRINTER_CONFIG)
     text = _uncomment_imports(_fix_call_py_func(printed))
     lines = text.splitlines(keepends=True)
     cls = _module_class(ast.parse(text))
     edits = []
-    if pyfuncs:
+    if py_module:
         edits.append((cls.lineno, cls.lineno, f"class {name}(BasePyModule):\n"))
     for stmt in cls.body:
-        if pyfuncs and _is_call(getattr(stmt, "value", None), "I", "module_attrs"):
+        if py_module and _is_call(getattr(stmt, "value", None), "I", "module_attrs"):
             edits.append((stmt.lineno, stmt.end_lineno, ""))
         elif _extern_func_name(stmt) in pyfuncs:
             source = _reindent(pyfuncs[_extern_func_name(stmt)], _INDENT)
@@ -60,7 +63,7 @@ def module_script(name: str, ir_mod: tvm.IRModule) -> str:
             edits.append((stmt.lineno, stmt.end_lineno, source + ("\n" if follows.strip() else "")))
     for first, last, new in sorted(edits, reverse=True):
         lines[first - 1 : last] = [new]
-    return _extra_imports(pyfuncs) + "".join(lines)
+    return _extra_imports(pyfuncs, py_module) + "".join(lines)
 
 
 def function_script(name: str, ir_mod: tvm.IRModule, fn_name: str) -> str:
@@ -123,7 +126,7 @@ def _uncomment_imports(text: str) -> str:
     return "".join(lines)
 
 
-def _extra_imports(pyfuncs: dict[str, str]) -> str:
+def _extra_imports(pyfuncs: dict[str, str], py_module: bool) -> str:
     """The imports upstream's header lacks.
 
     Python evaluates annotations when it runs a `def`, and `T.Buffer((n,), ...)`
@@ -139,6 +142,7 @@ def _extra_imports(pyfuncs: dict[str, str]) -> str:
             if isinstance(node, ast.Name)
         }
         imports += [f"import {module}\n" for module in _CELL_MODULES if module in used]
+    if py_module:
         imports.append("from tvm.relax.base_py_module import BasePyModule\n")
     return "".join(imports)
 

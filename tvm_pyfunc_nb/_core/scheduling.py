@@ -120,7 +120,7 @@ def tune(
     target: tvm.target.Target,
     trials: int,
     work_dir: str,
-    progress: Progress,
+    progress: Callable[[int], Progress],
 ) -> tuple[tvm.tirx.PrimFunc, TuningReport]:
     """The best schedule MetaSchedule finds for `func` in `trials` trials, counting kept ones."""
     from tvm.s_tir import meta_schedule as ms
@@ -132,7 +132,8 @@ def tune(
     kept = _kept_trials(database, mod)
     todo = max(0, trials - kept)
     if todo:
-        measured = _measured_callback_class()(progress)
+        reporter = progress(todo)
+        measured = _measured_callback_class()(reporter)
         with _quiet(ms):
             try:
                 database = ms.tune_tir(
@@ -156,7 +157,7 @@ def tune(
                     f"MetaSchedule failed: {last_reason(err)}", function=name
                 ) from err
             finally:
-                progress.close()
+                reporter.close()
     schedule = ms.tir_integration.compile_tir(database, func, tuning_target)
     if schedule is None:
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)
@@ -197,14 +198,23 @@ def _tuning_target(target: tvm.target.Target) -> tvm.target.Target:
 
 @contextlib.contextmanager
 def _quiet(ms):
-    """MetaSchedule's per-iteration tables go to its log files, not to the notebook."""
+    """MetaSchedule's per-iteration tables go to its log files, not to the notebook.
+
+    In a notebook MetaSchedule would draw them as tables of its own (with pandas, which this
+    package does not need): for the tuning run it is told it is not in one.
+    """
     logger = logging.getLogger(ms.__name__)
     level = logger.level
     logger.setLevel(logging.WARNING)
+    in_notebook = tvm_ffi.get_global_func("s_tir.meta_schedule.using_ipython")
+    tvm_ffi.register_global_func("s_tir.meta_schedule.using_ipython", lambda: False, override=True)
     try:
         yield
     finally:
         logger.setLevel(level)
+        tvm_ffi.register_global_func(
+            "s_tir.meta_schedule.using_ipython", in_notebook, override=True
+        )
 
 
 def _measured_callback_class():

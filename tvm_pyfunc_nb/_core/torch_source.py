@@ -189,7 +189,8 @@ class _Writer:
         try:
             text = rule(found)
         except _Unfaithful as why:
-            return self.unchecked(op, mapped, args, str(why))
+            attrs = _attrs(call)  # all of them: the line below passes none
+            return self.unchecked(op, mapped, args, f"{why}; its attributes: {attrs}")
         unread = sorted(found.attrs.keys() - found.attrs.read)
         if unread:  # an attribute the rule does not know of, say from a newer TVM
             self.flag("REVIEW", f"`{op}` attributes {unread} are not translated")

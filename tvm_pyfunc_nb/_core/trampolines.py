@@ -204,7 +204,7 @@ class PyFuncTrampoline:
             return calls.handle(self.pyfunc)
         except UnknownFunctionError:
             raise CallError(
-                f"`{self.caller}` calls pyfunc `{self.pyfunc}` through R.call_py_func, but module "
+                f"calls pyfunc `{self.pyfunc}` through R.call_py_func, but module "
                 f"`{self.module}` has no function `{self.pyfunc}` yet; define it in a cell or with "
                 "add_python_function, then call again (nothing needs recompiling)",
                 function=self.caller,

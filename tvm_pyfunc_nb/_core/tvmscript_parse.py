@@ -11,6 +11,7 @@ notebook's; the stub assignments come after the last cell line.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Callable, Mapping
 
@@ -20,7 +21,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder.ir import IRModuleFrame
 from tvm.script.parser.core.entry import parse
 
-from ..errors import TVMScriptError, shorten
+from ..errors import TVMScriptError, native_stderr_silenced, shorten
 from .cells import PYFUNC, CellFragment, FunctionSource, reindent
 
 _STUBS = "__tvmnb_stubs__"
@@ -77,8 +78,11 @@ def parse_fragment(
     try:
         parsed = parse_these(wanted)
     except DiagnosticError as err:
-        raise _script_error(str(err), fragment, wanted, parse_these) from None
+        error = _script_error(str(err), fragment, wanted, parse_these)
+        _collect_builders()
+        raise error from None
     except Exception as err:  # TVM raises many types from deep inside; all mean "this is wrong"
+        _collect_builders()
         raise TVMScriptError(f"{type(err).__name__}: {err}") from err
     return {f.name: (parsed.get_global_var(f.name), parsed[f.name]) for f in wanted}
 
@@ -99,6 +103,13 @@ def _script_error(
         if culprit is not None:
             owner, line = culprit.name, _def_line(culprit)
     return TVMScriptError(shorten(message), function=owner, line=line)
+
+
+def _collect_builders() -> None:
+    """A failed parse leaves IR builders behind that warn on stderr when collected: collect them
+    now, quietly, rather than in whichever cell runs next."""
+    with native_stderr_silenced():
+        gc.collect()
 
 
 def _message(text: str) -> str:
