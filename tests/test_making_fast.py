@@ -9,6 +9,7 @@ cores; the one MetaSchedule run is the longest part.
 
 from __future__ import annotations
 
+import platform
 import re
 import time
 from pathlib import Path
@@ -279,6 +280,20 @@ def test_lowered_and_source_of_a_primfunc(shell):
     assembly = demo.source("mm", "asm")
     assert ".text" in assembly and "define" not in assembly
     assert demo.source("mm", "ll") == llvm_ir
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="cross-compiles from x86_64")
+def test_a_kernel_for_another_architecture_shows_its_code_but_a_call_says_where_to_run_it(shell):
+    arm = """'{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}'"""
+    shell.cell("demo", ADD_TIR, options=f"--target {arm}")
+    demo = shell.ns["demo"]
+    assembly = demo.source("add_tir", "asm")
+    assert "fadd" in assembly and "vaddps" not in assembly  # AArch64 code, built on x86
+    x = torch.ones(4)
+    with pytest.raises(CompileError) as caught:
+        demo.add_tir(x, x, torch.empty(4))
+    message = str(caught.value)
+    assert "aarch64" in message and "--rpc" in message and "demo.source('add_tir'" in message
 
 
 def test_lowered_and_source_of_a_relax_function_show_the_pipelines_kernels(shell):

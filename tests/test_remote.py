@@ -83,6 +83,30 @@ def test_uploads_are_incremental(shell, server):
     assert len(demo.stats.uploads) == 2  # already there in this session: not sent again
 
 
+def test_kernels_the_compile_cache_holds_are_built_again_to_be_sent(shell, server, tmp_path):
+    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path)!r}")
+    try:
+        cached_kernels_reach_the_server(shell, server)
+    finally:
+        shell.run("%config TVMModuleMagics.cache_dir = ''")
+
+
+def cached_kernels_reach_the_server(shell, server):
+    shell.cell("here", ADD_TIR + MAIN_RELAX)  # a local module fills the cache
+    here = shell.ns["here"]
+    here.add_tir(X, Y, torch.empty(5))
+    here.main_relax(X, Y)
+    shell.flush_cache()
+    assert shell.magics.compile_cache().summary().entries >= 2
+    remote_cell(shell, server, ADD_TIR + MAIN_RELAX)  # same target, same kernels
+    demo = shell.ns["demo"]
+    out = torch.empty(5)
+    demo.add_tir(X, Y, out)  # a library loaded from a file could not be exported to be sent
+    assert torch.equal(out, X + Y)
+    assert torch.equal(demo.main_relax(X, Y), X + Y)
+    assert {name for name, _ in demo.stats.uploads} == {"add_tir", "relax_vm"}
+
+
 def test_time_measures_on_the_remote_device(shell, server):
     remote_cell(shell, server, MAIN_RELAX)
     timing = shell.ns["demo"].time("main_relax", X, Y, number=20, repeat=3)

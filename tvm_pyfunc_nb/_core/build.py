@@ -26,6 +26,7 @@ from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
 from ..errors import CallError, CompileError, TVMModuleError, last_reason
+from .compile_cache import export_library
 from .crash_guards import guard_bounds, guard_division, missing_symbols
 
 MAX_KEPT_LIBRARIES = 256
@@ -249,7 +250,9 @@ class Build:
         """The compiled library of one PrimFunc (built now unless a cache has it).
 
         What this build made itself is always used again; `use_cache=False` bypasses the
-        compile cache on disk (`recompile` also forgets what is in memory first)."""
+        compile cache on disk (`recompile` also forgets what is in memory first). A build for
+        another machine never loads from disk: a library loaded from a file cannot be exported
+        again to be sent there."""
         key = tvm_ffi.structural_hash(func)
         for known, lib in self._libs.get(key, ()):
             if tvm_ffi.structural_equal(known, func):
@@ -258,7 +261,7 @@ class Build:
                 if not isinstance(lib, CompileError):
                     self.stats.served_by("memory", name)
                 return _raise_if_failed(lib, name)
-        if use_cache:
+        if use_cache and self.local:
             lib = self.persistent.load(name, func, self.key) if self.persistent else None
             if lib is not None:
                 self.stats.served_by("disk", name)
@@ -278,6 +281,14 @@ class Build:
             return CompileError(
                 f"does not compile for target {self.target_name}: calls external symbol(s) "
                 f"{', '.join(missing)}, which this process does not provide",
+                function=name,
+            )
+        foreign = _foreign_architecture(self.target) if local_cpu else None
+        if foreign:
+            return CompileError(
+                f"compiles for {foreign}, which this machine ({_host_architecture()}) cannot run: "
+                f"run it there with --rpc HOST:PORT; `{self.module_name}.source('{name}', 'asm')` "
+                "shows the code",
                 function=name,
             )
         start = time.perf_counter()
@@ -368,15 +379,17 @@ class Build:
         builder = relax.ExecBuilder()
         functions: dict[str, tvm.tirx.PrimFunc] = {}
         if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
+            lowered = self.lower(mod)
             functions = {
-                gv.name_hint: f for gv, f in _prim_funcs(_vmcodegen(builder, self.lower(mod)))
+                gv.name_hint: f
+                for gv, f in _called_prim_funcs(lowered, _vmcodegen(builder, lowered))
             }
         functions.update({name: f for name, f in kernels.items() if name not in functions})
         try:
             guarded = {tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in functions.items()}
             libs = [tvm.tirx.build(tvm.IRModule(guarded), target=self.target)] if guarded else []
             executable = _vm_ffi.VMLink(builder, self.target, None, libs, {})
-            executable.export_library(path)
+            export_library(executable, path)
         except Exception as err:
             raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
         return list(functions)
@@ -399,7 +412,7 @@ class Build:
         build_start = time.perf_counter()
         kernels = {
             gv.name_hint: self.kernel(gv.name_hint, f, use_cache=use_cache)
-            for gv, f in _prim_funcs(leftover)
+            for gv, f in _called_prim_funcs(lowered, leftover)
         }
         start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
         attrs = dict(lowered.attrs) if lowered.attrs else {}
@@ -443,6 +456,30 @@ def _target(target: str) -> tvm.target.Target:
 
 def _prim_funcs(mod: tvm.IRModule):
     return [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def _host_architecture() -> str:
+    return tvm.target.codegen.llvm_get_system_triple().split("-")[0]
+
+
+def _foreign_architecture(target: tvm.target.Target) -> str | None:
+    """The architecture of an LLVM `target` whose code cannot load here (None if it can)."""
+    triple = str(target.attrs.get("mtriple", "") or "")
+    arch = triple.split("-")[0]
+    return arch if arch and arch != _host_architecture() else None
+
+
+def _called_prim_funcs(lowered: tvm.IRModule, leftover: tvm.IRModule):
+    """The PrimFuncs of `leftover` (what VM codegen left of `lowered`) that its Relax functions
+    call. Legalization makes kernels that later passes replace with VM builtins (a reshape
+    becomes a view): those are never called, so they are not built."""
+    called = {
+        gv.name_hint
+        for _, f in lowered.functions_items()
+        if isinstance(f, relax.Function)
+        for gv in relax.analysis.all_global_vars(f)
+    }
+    return [(gv, f) for gv, f in _prim_funcs(leftover) if gv.name_hint in called]
 
 
 def _binds_threads(func: tvm.tirx.PrimFunc) -> bool:

@@ -56,6 +56,15 @@ LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
 STALE_TEMP_SECONDS = 3600
 
+_EXPORTING = threading.Lock()
+
+
+def export_library(lib: tvm.runtime.Module, path: str, **options) -> None:
+    """`lib.export_library(path, **options)`, one at a time in this process: two threads
+    exporting one library at once (the cache's writer and an RPC upload) crash TVM."""
+    with _EXPORTING:
+        lib.export_library(path, **options)
+
 
 @dataclass(frozen=True)
 class CacheSummary:
@@ -251,7 +260,7 @@ class CompileCache:
         _make_private_directory(self.directory)  # again: someone may have deleted it since
         with tempfile.TemporaryDirectory(dir=self.directory, prefix=".work-") as work:
             built = Path(work) / f"{key}{LIBRARY_SUFFIX}"
-            lib.export_library(str(built), fcompile=_link_shared, workspace_dir=work)
+            export_library(lib, str(built), fcompile=_link_shared, workspace_dir=work)
             library = built.read_bytes()
             record = {
                 **record,

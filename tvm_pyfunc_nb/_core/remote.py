@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from ..errors import CallError, TVMModuleError, last_reason
+from .compile_cache import export_library
 
 DEFAULT_TIMEOUT = 60.0  # seconds a remote step may take before the server is given up
 # What TVM says when the connection is gone (the server died, restarted, or timed the session out)
@@ -117,8 +118,10 @@ class RemoteSession:
         except Exception as err:
             if any(sign in str(err) for sign in _LOST):
                 self.drop()
+                expired = "expired" in str(err) or "RPCSessionTimeoutError" in str(err)
+                why = "its session expired" if expired else "the connection closed"
                 raise CallError(
-                    f"lost the RPC server at {self.address} ({last_reason(err)}); the next call "
+                    f"lost the RPC server at {self.address} ({why}); the next call "
                     "connects again and uploads what it needs"
                 ) from err
             raise
@@ -327,9 +330,9 @@ class RemoteRunner:
         from tvm.support import cc
 
         if self.cross_compiler:
-            lib.export_library(path, fcompile=cc.cross_compiler(self.cross_compiler))
+            export_library(lib, path, fcompile=cc.cross_compiler(self.cross_compiler))
         else:
-            lib.export_library(path)
+            export_library(lib, path)
 
     def module(self, name: str, lib) -> Any:
         """`lib` (the library of PrimFunc `name`), loaded there."""
