@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -195,3 +198,32 @@ def test_two_modules_share_one_server(shell, server):
     shell.cell("second", MAIN_RELAX, options=f"--rpc {server.address}")
     assert torch.equal(shell.ns["demo"].main_relax(X, Y), X + Y)
     assert torch.equal(shell.ns["second"].main_relax(X, Y), X + Y)
+
+
+def test_a_local_server_ends_with_the_process_that_started_it_however_that_ends():
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from tvm_pyfunc_nb.testing import LocalRPC; import time; "
+            "s = LocalRPC(); print(s.port, flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    port = int(starter.stdout.readline())
+    assert listening(port)
+    starter.kill()  # SIGKILL: no Python runs on the way out, no atexit, no __exit__
+    starter.wait()
+    deadline = time.monotonic() + 10
+    while listening(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not listening(port)
+
+
+def listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False

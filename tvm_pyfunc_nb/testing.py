@@ -127,8 +127,11 @@ class LocalRPC:
             server.restart()                  # killed, then started again on the same port
 
     `LocalRPC(tracker=other.port, key="k")` registers the server with a tracker;
-    `LocalRPC(kind="tracker")` is a tracker. The process runs in a session of its own, so
-    `stop()` ends it and the worker it forks (which holds the port) together.
+    `LocalRPC(kind="tracker")` is a tracker; `command` is what runs. The server runs in a
+    session of its own, so `stop()` ends it and the workers it forks (one holds the port)
+    together, and a Ctrl-C of this process does not reach it. A watchdog ends the session
+    when this process ends, however it ends (killed, crashed): it reads a pipe from this
+    process, which the operating system closes then. No server outlives its caller.
     """
 
     def __init__(
@@ -152,33 +155,48 @@ class LocalRPC:
         """What `--rpc` takes for this server."""
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    @property
+    def command(self) -> list[str]:
+        """The command that runs the server (or tracker), as one would type it on a board."""
         module = "tvm.exec.rpc_server" if self.kind == "server" else "tvm.exec.rpc_tracker"
-        command = [
-            sys.executable,
-            "-m",
-            module,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--port-end",
-            str(self.port + 1),
-        ]  # the default end port is below a free one
+        # --port-end: TVM would quietly take another port up to it if this one were busy
+        command = ["python", "-m", module, "--host", "127.0.0.1"]
+        command += ["--port", str(self.port), "--port-end", str(self.port + 1)]
         if self.tracker is not None:
             command += ["--tracker", f"127.0.0.1:{self.tracker}", "--key", self.key or "local"]
+        return command
+
+    def start(self) -> None:
+        """Start the server; return once it answers (it is up, on its port)."""
         self.process = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            [sys.executable, "-c", _WATCHDOG, sys.executable, *self.command[1:]],
+            stdin=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_until_ready()
 
     def stop(self) -> None:
-        """Kill the server and everything it started; nothing is left holding the port."""
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-            self.process = None
+        """Kill the server and everything it started; return once all of it is gone."""
+        if self.process is None:
+            return
+        process, self.process = self.process, None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        process.stdin.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # its workers exit a moment after the watchdog
+            try:
+                os.killpg(process.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.02)
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def restart(self) -> None:
         self.stop()
@@ -222,6 +240,19 @@ class LocalRPC:
         self._log.flush()
         with open(self._log.name) as log:
             return log.read()[-2000:]
+
+
+# Runs the command in its arguments; kills its own process group (the command, all it started,
+# itself) when its stdin, a pipe from the process that started it, closes.
+_WATCHDOG = """
+import os, signal, subprocess, sys, threading
+child = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL)
+def end_all_when_stdin_closes():
+    sys.stdin.buffer.read()
+    os.killpg(0, signal.SIGKILL)
+threading.Thread(target=end_all_when_stdin_closes, daemon=True).start()
+sys.exit(child.wait())
+"""
 
 
 def free_port() -> int:
