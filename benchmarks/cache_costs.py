@@ -1,5 +1,9 @@
 """What the persistent compile cache costs and saves, per PrimFunc: build, export (background),
 verified load.
+
+Each PrimFunc is built by the package's own `Build` (crash guards in, as a default module
+has them), stored under `Build.key` (target, pipeline, checks: what the cache is keyed by),
+and loaded back.
 """
 
 from __future__ import annotations
@@ -9,41 +13,42 @@ import statistics
 import sys
 import time
 
+import tvm
 from harness import scratch
 from workload import primfunc
 
-from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb.compile_cache import CompileCache
-from tvm_pyfunc_nb.compiler import Compiler, CompileStats
+from tvm_pyfunc_nb import CompileCache, LiveModule
+from tvm_pyfunc_nb._core.build import Build, CompileStats
 
 
 def measure(count: int) -> dict:
     live = LiveModule("costs")
     live.run_cell("".join(primfunc(k, 500.0 + k) for k in range(count + 1)))
     funcs = {name: live.ir_mod[name] for name in live.functions}
-    compiler = Compiler("llvm", CompileStats())
+    build = Build("llvm", tvm.cpu(), CompileStats())  # no persistent cache: this file drives it
     warmup = f"k{count}"  # LLVM's one-time start-up is not a per-PrimFunc cost
-    compiler.prim_func(warmup, funcs.pop(warmup))
+    build.kernel(warmup, funcs.pop(warmup), use_cache=False)
     cache = CompileCache(scratch("costs-cache-"))
-    build, export, store, load = [], [], [], []
+    built, export, store, load = [], [], [], []
     for name, func in funcs.items():
         start = time.perf_counter()
-        lib = compiler.prim_func(name, func)
-        build.append(time.perf_counter() - start)
+        lib = build.kernel(name, func, use_cache=False)
+        built.append(time.perf_counter() - start)
         start = time.perf_counter()
-        cache.store(name, func, compiler.target_key, lib)
+        cache.store({name: func}, build.key, lib)
         store.append(time.perf_counter() - start)
         start = time.perf_counter()
         cache.flush()
         export.append(time.perf_counter() - start)
+    assert len(build.stats.compiles) == count + 1  # every build above was a TVM compile
     for name, func in funcs.items():
         start = time.perf_counter()
-        assert cache.load(name, func, compiler.target_key) is not None
+        assert cache.load(name, func, build.key) is not None
         load.append(time.perf_counter() - start)
     return {
         key: statistics.median(values)
         for key, values in {
-            "build": build,
+            "build": built,
             "store_call": store,
             "export": export,
             "load": load,

@@ -89,7 +89,8 @@ def test_warm_cache_in_a_fresh_live_module_compiles_no_primfunc(tmp_path):
     results = (fresh.main(X, Y), fresh.main_relax(X, Y), fresh.pipeline(X, Y))
     assert all(torch.equal(a, b) for a, b in zip(results, expected, strict=False))
     assert tir_compiles(fresh) == []
-    assert fresh.stats.cache_hits > 0 and cache.hits == len(tir_compiles(first))
+    built = [name for names in tir_compiles(first) for name in names]
+    assert fresh.stats.cache_hits > 0 and cache.hits == len(built)
 
 
 def test_a_changed_function_is_compiled_not_served(tmp_path):
@@ -220,8 +221,9 @@ def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_pat
 
     cache = CompileCache(tmp_path / "bounded", max_bytes=int(entry_size * 2.5))
     first = LiveModule("m", persistent_cache=cache)
-    first.run_cell(kernel(0) + kernel(1))
-    first.compile()
+    for k in (0, 1):  # one by one: entries of their own (kernels built together share a file)
+        first.run_cell(kernel(k), key=k)
+        first.compile()
     cache.flush()
     second = LiveModule(
         "m", persistent_cache=CompileCache(tmp_path / "bounded", max_bytes=cache.max_bytes)
@@ -229,7 +231,7 @@ def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_pat
     second.run_cell(kernel(0))
     second.compile()  # loads k0: now k1 is the least recently used
     assert tir_compiles(second) == []
-    first.run_cell(kernel(2))
+    first.run_cell(kernel(2), key=2)
     first.compile()
     cache.flush()
 
@@ -239,6 +241,26 @@ def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_pat
     survivor.run_cell(kernel(0) + kernel(1) + kernel(2))
     survivor.compile()
     assert tir_compiles(survivor) == [("k1",)]
+
+
+def test_kernels_built_together_have_entries_of_their_own_that_share_one_file(tmp_path):
+    cache = CompileCache(tmp_path)
+    live = LiveModule("m", persistent_cache=cache)
+    live.run_cell(kernel(0) + kernel(1) + kernel(2))
+    live.compile()
+    cache.flush()
+    assert tir_compiles(live) == [("k0", "k1", "k2")]
+    libraries = list(tmp_path.glob("*.so"))
+    assert len(libraries) == 3 and len({p.stat().st_ino for p in libraries}) == 1
+    assert cache.summary().size < 1.5 * libraries[0].stat().st_size  # the file counts once
+
+    fresh = LiveModule("m", persistent_cache=CompileCache(tmp_path))
+    fresh.run_cell(kernel(1) + kernel(3))
+    out = torch.empty(5)
+    fresh.k1(X, Y, out)  # served from the shared file, which also holds k0 and k2
+    assert torch.equal(out, X + Y + 1) and tir_compiles(fresh) == []
+    fresh.k3(X, Y, out)
+    assert torch.equal(out, X + Y + 3) and tir_compiles(fresh) == [("k3",)]
 
 
 def test_the_directory_is_private_and_entries_are_owner_only(tmp_path):
@@ -268,9 +290,8 @@ def test_tvmcache_shows_the_cache_and_clear_empties_it(cache_shell, tmp_path):
 
     shown = repr(cache_shell.run("%tvmcache"))
     assert str(tmp_path / "cache") in shown
-    assert (
-        f"{len(tir_compiles(cache_shell.ns['demo']))} entries" in shown
-    )  # the PrimFuncs Relax was lowered to
+    built = [name for names in tir_compiles(cache_shell.ns["demo"]) for name in names]
+    assert f"{len(built)} entries" in shown  # the PrimFuncs Relax was lowered to
     assert "MB" in shown
 
     shown = repr(cache_shell.run("%tvmcache clear"))
@@ -330,6 +351,7 @@ def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
         return json.loads(done.stdout.strip().splitlines()[-1])
 
     cold = run()
-    assert cold["tir"] and len(list((tmp_path / "cache").glob("*.so"))) == len(cold["tir"])
+    built = [name for names in cold["tir"] for name in names]
+    assert built and len(list((tmp_path / "cache").glob("*.so"))) == len(built)
     warm_run = run()
     assert warm_run["tir"] == [] and warm_run["hits"] >= len(cold["tir"])

@@ -4,10 +4,17 @@ compiles.
 
 from __future__ import annotations
 
+import pytest
 import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 
-from tvm_pyfunc_nb import CellSyntaxError, IllFormedModuleError, LiveModule, TVMScriptError
+from tvm_pyfunc_nb import (
+    CellSyntaxError,
+    CompileError,
+    IllFormedModuleError,
+    LiveModule,
+    TVMScriptError,
+)
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.ones(5)
@@ -255,3 +262,86 @@ def main(
     assert torch.equal(big.main(X, Y), X * Y)  # k7 is not used by Relax: no VM rebuild
     big.compile()
     assert kinds(big.stats, mark) == [("tir", ("k7",))]
+
+
+# -- kernels built together --------------------------------------------------------------------
+def adds(k: int, op: str = "+") -> str:
+    """PrimFunc `k{k}`: C = A op B + k."""
+    return ADD_TIR.replace("add_tir", f"k{k}").replace(
+        "A[i] + B[i]", f"A[i] {op} B[i] + T.float32({k})"
+    )
+
+
+CHAIN = """
+@R.function
+def main(x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")):
+    n = T.int64()
+    cls = demo
+    z = R.call_tir(cls.k0, (x, y), out_ty=R.Tensor((n,), "float32"))
+    return R.call_tir(cls.k1, (z, y), out_ty=R.Tensor((n,), "float32"))
+"""
+BAD_ON_CPU = """
+@T.prim_func
+def bad(A: T.Buffer((4,), "float32")):
+    tx = T.launch_thread("threadIdx.x", 4)
+    A[tx] = 1.0
+"""
+
+
+def test_the_first_call_builds_every_stale_kernel_in_one_compile(shell):
+    shell.cell("demo", "".join(adds(k) for k in range(4)))
+    demo, out = shell.ns["demo"], torch.empty(5)
+    demo.k2(X, Y, out)
+    assert kinds(demo.stats) == [("tir", ("k2", "k0", "k1", "k3"))]  # the one called, then the rest
+    for k in range(4):
+        getattr(demo, f"k{k}")(X, Y, out)
+        assert torch.equal(out, X + Y + k)
+    assert len(demo.stats.compiles) == 1  # the others were built along
+    shell.cell("demo", adds(1, "*"), cell_id="edit")
+    demo.k1(X, Y, out)
+    assert torch.equal(out, X * Y + 1)
+    assert kinds(demo.stats, 1) == [("tir", ("k1",))]  # an edit builds what it changed
+
+
+def test_a_kernel_that_does_not_compile_hides_none_of_those_built_with_it(shell):
+    body = adds(0) + BAD_ON_CPU + adds(1)
+    shell.cell("demo", body)
+    demo, out = shell.ns["demo"], torch.empty(5)
+    demo.k1(X, Y, out)  # together they fail: each is built on its own, k1 works
+    assert torch.equal(out, X + Y + 1)
+    assert sorted(kinds(demo.stats)) == [("tir", (n,)) for n in ("bad", "k0", "k1")]
+    demo.k0(X, Y, out)
+    assert torch.equal(out, X + Y)
+    with pytest.raises(CompileError) as caught:
+        demo.bad(torch.zeros(4))
+    err = caught.value
+    assert err.function == "bad" and "does not compile" in str(err)
+    assert body.splitlines()[err.line - 1].startswith("def bad(")
+    assert len(demo.stats.compiles) == 3  # what failed is remembered, not tried again
+
+
+def test_a_vm_takes_each_kernel_from_its_newest_build(shell):
+    shell.cell("demo", adds(0) + adds(1), cell_id="kernels")
+    shell.cell("demo", CHAIN, cell_id="main")
+    demo = shell.ns["demo"]
+    assert torch.equal(demo.main(X, Y), X + Y + Y + 1)  # k0 and k1 built together
+    shell.cell("demo", adds(0, "*") + adds(1), cell_id="kernels")
+    # the new k0 is built alone; the first build, which k1 still comes from, holds the old k0
+    assert torch.equal(demo.main(X, Y), X * Y + Y + 1)
+    shell.cell("demo", adds(0, "*") + adds(1, "-"), cell_id="kernels")
+    assert torch.equal(demo.main(X, Y), X * Y - Y + 1)
+
+
+def test_builds_that_each_hold_an_old_version_of_the_others_kernel_are_built_anew(shell):
+    shell.cell("demo", adds(0) + adds(1), cell_id="kernels")
+    shell.cell("demo", CHAIN, cell_id="main")
+    demo = shell.ns["demo"]
+    demo.main(X, Y)  # one build: k0 and k1
+    shell.cell("demo", adds(0, "*") + adds(1, "*"), cell_id="kernels")
+    demo.main(X, Y)  # another: the new k0 and the new k1
+    mark = len(demo.stats.compiles)
+    shell.cell("demo", adds(0) + adds(1, "*"), cell_id="kernels")  # the first k0, the second k1
+    # each is kept, in a build holding an old version of the other: no order links them right
+    assert torch.equal(demo.main(X, Y), (X + Y) * Y + 1)
+    (rebuilt,) = [names for kind, names in kinds(demo.stats, mark) if kind == "tir"]
+    assert {"k0", "k1"} <= set(rebuilt)  # one build of what the VM calls

@@ -18,6 +18,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 
 import tvm
 import tvm_ffi
@@ -172,6 +173,14 @@ def _named_pipelines() -> list[str]:
     return [name for name, make in PIPELINE_MAP.items() if ready(make)]
 
 
+@dataclass(frozen=True, eq=False)
+class _Built:
+    """A kernel's library (or why it does not compile) and every kernel that library holds."""
+
+    lib: object
+    members: frozenset[str]
+
+
 @dataclass(eq=False)
 class Linked:
     """Relax functions lowered and linked: the pipeline's output, the executable, its kernels."""
@@ -226,7 +235,7 @@ class Build:
         checks = "checked" if checked else "unchecked"
         self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
-        self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, object]]] = OrderedDict()
+        self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
         self._versions: dict[
             str, list[int]
         ] = {}  # name -> keys of its kept libraries, oldest first
@@ -253,26 +262,111 @@ class Build:
         compile cache on disk (`recompile` also forgets what is in memory first). A build for
         another machine never loads from disk: a library loaded from a file cannot be exported
         again to be sent there."""
+        return _raise_if_failed(self._kernels({name: func}, {name}, use_cache)[name].lib, name)
+
+    def kernels(
+        self,
+        funcs: dict[str, tvm.tirx.PrimFunc],
+        *,
+        wanted: Iterable[str] | None = None,
+        use_cache: bool = True,
+    ) -> dict[str, object]:
+        """The libraries of the `wanted` PrimFuncs of `funcs` (all by default), by name, a
+        `CompileError` in place of one that does not compile.
+
+        When one of them has to be built, every function of `funcs` that no cache has is
+        built with it, in one `tirx.build` (one LLVM module and one link instead of one
+        each); if that fails, one by one, so that a kernel that does not compile never
+        hides the others."""
+        wanted = list(funcs) if wanted is None else [n for n in funcs if n in set(wanted)]
+        built = self._kernels(funcs, wanted, use_cache)
+        return {name: built[name].lib for name in wanted}
+
+    def _kernels(self, funcs: dict, wanted: list[str], use_cache: bool) -> dict[str, _Built]:
+        found: dict[str, _Built] = {}
+        stale: dict[str, tvm.tirx.PrimFunc] = {}
+
+        def look_up(names, counted: bool) -> None:
+            for name in names:
+                built = self._kept(name, funcs[name], counted=counted)
+                if built is None and use_cache and self.local and self.persistent:
+                    built = self._from_disk(name, funcs[name])
+                if built is None:
+                    stale[name] = funcs[name]
+                else:
+                    found[name] = built
+
+        look_up(wanted, counted=True)
+        if not stale:
+            return found
+        look_up([n for n in funcs if n not in found and n not in stale], counted=False)
+        together = {n: f for n, f in stale.items() if self._batchable(f)}
+        if len(together) > 1:
+            found.update(self._build_together(together))
+        for name, func in stale.items():
+            if name not in found:
+                found[name] = self._build_one(name, func)
+        return found
+
+    def _kept(self, name: str, func, *, counted: bool) -> _Built | None:
         key = tvm_ffi.structural_hash(func)
-        for known, lib in self._libs.get(key, ()):
+        for known, built in self._libs.get(key, ()):
             if tvm_ffi.structural_equal(known, func):
                 self._libs.move_to_end(key)
                 self._note_version(name, key)
-                if not isinstance(lib, CompileError):
+                if counted and not isinstance(built.lib, CompileError):
                     self.stats.served_by("memory", name)
-                return _raise_if_failed(lib, name)
-        if use_cache and self.local:
-            lib = self.persistent.load(name, func, self.key) if self.persistent else None
-            if lib is not None:
-                self.stats.served_by("disk", name)
-                self._remember(name, key, func, lib)
-                return lib
+                return built
+        return None
+
+    def _from_disk(self, name: str, func) -> _Built | None:
+        loaded = self.persistent.load(name, func, self.key)
+        if loaded is None:
+            return None
+        self.stats.served_by("disk", name)
+        built = _Built(*loaded)
+        self._remember(name, tvm_ffi.structural_hash(func), func, built)
+        return built
+
+    def _build_one(self, name: str, func) -> _Built:
         with self._compiling("tir", (name,)):
-            lib = self._build_kernel(name, func)
-        self._remember(name, key, func, lib)
-        if self.persistent and not isinstance(lib, CompileError):
-            self.persistent.store(name, func, self.key, lib)
-        return _raise_if_failed(lib, name)
+            built = _Built(self._build_kernel(name, func), frozenset({name}))
+        self._remember(name, tvm_ffi.structural_hash(func), func, built)
+        if self.persistent and not isinstance(built.lib, CompileError):
+            self.persistent.store({name: func}, self.key, built.lib)
+        return built
+
+    def _batchable(self, func) -> bool:
+        """Whether `func` may go into a build with others: not one that `_build_kernel` refuses
+        before building (it says why, for that function alone)."""
+        if self.is_gpu:
+            return _binds_threads(func)
+        local_cpu = self.local and self.target.kind.name == "llvm"
+        return not (local_cpu and (_foreign_architecture(self.target) or missing_symbols(func)))
+
+    def _build_together(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> dict[str, _Built]:
+        """`funcs` in one `tirx.build`, one library holding them all; {} if that fails."""
+        names = tuple(funcs)
+        start = time.perf_counter()
+        try:
+            with self._compiling("tir", names):
+                mod = tvm.IRModule(
+                    {tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()}
+                )
+                lib = tvm.tirx.build(mod, target=self.target)
+                if self.local and self.target.kind.name == "llvm":
+                    for name in names:  # JIT now, so the time is counted here
+                        lib.get_function(name)
+        except Exception:  # TVM raises many types: the functions are built one by one instead
+            self.stats.seconds += time.perf_counter() - start
+            return {}
+        self._record("tir", names, start)
+        built = _Built(lib, frozenset(names))
+        for name, func in funcs.items():
+            self._remember(name, tvm_ffi.structural_hash(func), func, built)
+        if self.persistent:
+            self.persistent.store(funcs, self.key, lib)
+        return {name: built for name in names}
 
     def _build_kernel(self, name: str, func: tvm.tirx.PrimFunc):
         local_cpu = self.local and self.target.kind.name == "llvm"
@@ -329,8 +423,8 @@ class Build:
             f'work on), then schedule it, e.g. {self.module_name}.schedule("{name}", "dlight")'
         )
 
-    def _remember(self, name: str, key: int, func, lib) -> None:
-        self._libs.setdefault(key, []).append((func, lib))
+    def _remember(self, name: str, key: int, func, built: _Built) -> None:
+        self._libs.setdefault(key, []).append((func, built))
         self._libs.move_to_end(key)
         self._note_version(name, key)
         while len(self._libs) > MAX_KEPT_LIBRARIES:
@@ -410,10 +504,17 @@ class Build:
             self._record("vm", names, start)
             raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
         build_start = time.perf_counter()
-        kernels = {
-            gv.name_hint: self.kernel(gv.name_hint, f, use_cache=use_cache)
-            for gv, f in _called_prim_funcs(lowered, leftover)
-        }
+        called = dict((gv.name_hint, f) for gv, f in _called_prim_funcs(lowered, leftover))
+        built = self._kernels(called, set(called), use_cache)
+        for name, kernel in built.items():
+            _raise_if_failed(kernel.lib, name)
+        libraries = _link_order(built)
+        if libraries is None:  # kept libraries disagree on a kernel both hold: build them anew
+            built = self._build_together(called) or {
+                n: self._build_one(n, f) for n, f in called.items()
+            }
+            libraries = _link_order(built) or [b.lib for b in built.values()]
+        kernels = {name: kernel.lib for name, kernel in built.items()}
         start += time.perf_counter() - build_start  # PrimFunc builds are recorded on their own
         attrs = dict(lowered.attrs) if lowered.attrs else {}
         try:
@@ -421,7 +522,7 @@ class Build:
                 builder,
                 self.target,
                 None,
-                [*kernels.values(), *attrs.get("external_mods", [])],
+                [*libraries, *attrs.get("external_mods", [])],
                 dict(attrs.get("const_name_to_constant", {})),
             )
         except Exception as err:
@@ -494,6 +595,24 @@ def _binds_threads(func: tvm.tirx.PrimFunc) -> bool:
 
     tvm_ffi.structural_walk(func.body, [((tvm.tirx.AttrStmt, tvm.tirx.For), visit)])
     return bool(found)
+
+
+def _link_order(built: dict[str, _Built]) -> list | None:
+    """The libraries of `built` in an order a VM links them right, or None if there is none.
+
+    A library built with others holds every kernel of its batch, and a VM takes each kernel
+    from the first library that has it: the library meant for a kernel must come before any
+    other that holds an older version of it."""
+    libraries = {id(b.lib): b for b in built.values()}
+    order = TopologicalSorter({key: set() for key in libraries})
+    for name, meant in built.items():
+        for key, other in libraries.items():
+            if other.lib is not meant.lib and name in other.members:
+                order.add(key, id(meant.lib))
+    try:
+        return [libraries[key].lib for key in order.static_order()]
+    except CycleError:
+        return None
 
 
 def _raise_if_failed(lib, name: str):

@@ -16,6 +16,10 @@ What keeps a bad entry from ever being loaded:
   copied to a private file, are what `dlopen` sees. An entry that fails any
   check is deleted and its function compiled again.
 
+PrimFuncs built together (one `tirx.build` of several) share one library:
+each has its own entry, the entries' library files are hard links to one
+file, and the record names the other kernels that library holds.
+
 The cache is bounded in size and evicts the least recently used entries.
 
 Exporting costs about as much as compiling did (LLVM's code generator runs
@@ -55,6 +59,7 @@ DEFAULT_MAX_BYTES = 512 * 2**20
 LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
 STALE_TEMP_SECONDS = 3600
+MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
 
 _EXPORTING = threading.Lock()
 
@@ -116,56 +121,64 @@ class CompileCache:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tvm-compile-cache")
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
+        self._opened: dict[str, tvm.runtime.Module] = {}  # library sha256 -> loaded, latest last
 
     # -- the Compiler's interface --------------------------------------------------
     def load(
         self, name: str, func: tvm.tirx.PrimFunc, target_key: str
-    ) -> tvm.runtime.Module | None:
-        """The library of `func` built for `target_key` if a verified entry has it, else None."""
+    ) -> tuple[tvm.runtime.Module, frozenset[str]] | None:
+        """The library of `func` built for `target_key` if a verified entry has it, and the
+        names of every kernel that library holds (built together); else None."""
         structural_hash = str(tvm_ffi.structural_hash(func))
         key = entry_key(name, structural_hash, target_key)
         try:
-            lib = self._load_verified(key, name, structural_hash, target_key, func)
+            loaded = self._load_verified(key, name, structural_hash, target_key, func)
         except _Rejected as why:
             self._discard(key)
             self.rejected += 1
             self.problem = f"{name}: entry {key[:12]} rejected ({why}); compiling again"
-            lib = None
+            loaded = None
         except OSError as err:  # the cache cannot be read: compile as if it were empty
             self.problem = f"{name}: cannot read the cache ({err}); compiling again"
-            lib = None
-        if lib is None:
+            loaded = None
+        if loaded is None:
             self.misses += 1
             return None
         self.hits += 1
-        return lib
+        return loaded
 
     def store(
-        self, name: str, func: tvm.tirx.PrimFunc, target_key: str, lib: tvm.runtime.Module
+        self, funcs: dict[str, tvm.tirx.PrimFunc], target_key: str, lib: tvm.runtime.Module
     ) -> None:
-        """Save `lib` as the entry of `func`; the export runs on the background thread.
+        """Save `lib`, the library of every PrimFunc in `funcs` (`{name: func}`, more than one
+        when they were built together), as the entry of each; the export runs once, on the
+        background thread, and the entries share the file.
 
-        A cache that cannot take the entry never fails the compile that made it: the
+        A cache that cannot take an entry never fails the compile that made it: the
         function is compiled again next time, and `%tvmcache` shows what went wrong.
         """
-        structural_hash = str(tvm_ffi.structural_hash(func))
-        key = entry_key(name, structural_hash, target_key)
-        try:
-            script = func.script()
-        except (
-            Exception
-        ) as err:  # a PrimFunc TVMScript cannot print can still run; it is just not cached
-            self.problem = f"{name}: not cached, its TVMScript does not print ({last_reason(err)})"
+        records = {}
+        for name, func in funcs.items():
+            structural_hash = str(tvm_ffi.structural_hash(func))
+            try:
+                script = func.script()
+            except Exception as err:  # a PrimFunc TVMScript cannot print runs, uncached
+                self.problem = (
+                    f"{name}: not cached, its TVMScript does not print ({last_reason(err)})"
+                )
+                continue
+            records[entry_key(name, structural_hash, target_key)] = {
+                "format": FORMAT,
+                "name": name,
+                "members": sorted(funcs),
+                "target": target_key,
+                "structural_hash": structural_hash,
+                "environment": environment(),
+                "script": script,
+            }
+        if not records:
             return
-        record = {
-            "format": FORMAT,
-            "name": name,
-            "target": target_key,
-            "structural_hash": structural_hash,
-            "environment": environment(),
-            "script": script,
-        }
-        future = self._writer.submit(self._write, key, record, lib)
+        future = self._writer.submit(self._write, records, lib)
         with self._lock:
             self._pending.add(future)
         future.add_done_callback(self._done)
@@ -236,42 +249,51 @@ class CompileCache:
             "library_sha256"
         ):
             raise _Rejected("its library does not match the checksum recorded when it was written")
-        lib = self._load_library(library, name)
+        members = frozenset(record.get("members", [name]))
+        lib = self._load_library(library, record["library_sha256"], name)
         _touch(record_path)
-        return lib
+        return lib, members
 
-    def _load_library(self, library: bytes, name: str) -> tvm.runtime.Module:
-        """`dlopen` a private copy of bytes already verified, so what was checked is what loads."""
-        fd, path = tempfile.mkstemp(dir=self.directory, prefix=".load-", suffix=LIBRARY_SUFFIX)
+    def _load_library(self, library: bytes, sha256: str, name: str) -> tvm.runtime.Module:
+        """`dlopen` a private copy of bytes already verified, so what was checked is what loads
+        (once for the kernels of one library)."""
+        lib = self._opened.get(sha256)
+        if lib is None:
+            fd, path = tempfile.mkstemp(dir=self.directory, prefix=".load-", suffix=LIBRARY_SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(library)
+                lib = tvm.runtime.load_module(path)
+            except Exception as err:  # passed its checksum but does not load: discard it
+                raise _Rejected(f"it does not load: {last_reason(err)}") from err
+            finally:
+                _remove(Path(path))
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(library)
-            lib = tvm.runtime.load_module(path)
             lib.get_function(name)
-        except Exception as err:  # a library that passed its checksum but does not load: discard it
-            raise _Rejected(f"it does not load: {last_reason(err)}") from err
-        finally:
-            _remove(Path(path))
+        except Exception as err:
+            raise _Rejected(f"it does not hold `{name}`: {last_reason(err)}") from err
+        self._opened[sha256] = lib
+        while len(self._opened) > MAX_OPENED:
+            self._opened.pop(next(iter(self._opened)))
         return lib
 
     # -- writing (background thread) -----------------------------------------------
-    def _write(self, key: str, record: dict, lib: tvm.runtime.Module) -> None:
-        record_path, library_path = self._paths(key)
+    def _write(self, records: dict[str, dict], lib: tvm.runtime.Module) -> None:
         _make_private_directory(self.directory)  # again: someone may have deleted it since
         with tempfile.TemporaryDirectory(dir=self.directory, prefix=".work-") as work:
-            built = Path(work) / f"{key}{LIBRARY_SUFFIX}"
+            built = Path(work) / f"library{LIBRARY_SUFFIX}"
             export_library(lib, str(built), fcompile=_link_shared, workspace_dir=work)
             library = built.read_bytes()
-            record = {
-                **record,
-                "library_sha256": _sha256(library),
-                "library_bytes": len(library),
-                "written": time.time(),
-            }
             os.chmod(built, 0o600)
-            os.replace(built, library_path)
-        _write_atomically(record_path, _dump_record(record))
-        self.stored += 1
+            facts = {"library_sha256": _sha256(library), "library_bytes": len(library)}
+            for key, record in records.items():
+                record_path, library_path = self._paths(key)
+                linked = Path(work) / key
+                _link_or_copy(built, linked)  # the entries of one build share one file
+                os.replace(linked, library_path)
+                record = {**record, **facts, "written": time.time()}
+                _write_atomically(record_path, _dump_record(record))
+                self.stored += 1
         self._evict()
 
     def _done(self, future: Future) -> None:
@@ -314,7 +336,7 @@ class CompileCache:
             except FileNotFoundError:
                 continue
             entry = found.setdefault(path.stem, _Entry(path.stem))
-            entry.size += info.st_size
+            entry.size += info.st_size // max(info.st_nlink, 1)  # a shared file counts once
             if path.suffix == RECORD_SUFFIX or not entry.last_used:
                 entry.last_used = info.st_mtime
         return list(found.values())
@@ -400,6 +422,13 @@ def _make_private_directory(directory: Path) -> None:
             f"cannot use {directory} as the compile cache: {err.strerror or err}; "
             "choose another with %config TVMModuleMagics.cache_dir = '...' ('' turns it off)"
         ) from err
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copyfile(source, target)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -690,13 +690,12 @@ class LiveModule:
         tried.
         """
         mark = len(self.stats.compiles)
-        errors = []
-        for entry in state.entries.values():
-            if entry.kind == PRIMFUNC:
-                try:
-                    self._kernel(entry, use_cache=use_cache)
-                except CompileError as err:
-                    errors.append(err)
+        kernels = self._kernels_of(state, None, use_cache)
+        errors = [
+            _placed(lib, state.entries[name])
+            for name, lib in kernels.items()
+            if isinstance(lib, CompileError)
+        ]
         if any(e.kind == RELAX for e in state.entries.values()):
             _, failures = self._linked_of(state, use_cache=use_cache)
             errors += failures.values()
@@ -718,10 +717,17 @@ class LiveModule:
         return CompiledPyModule(state.ir_mod, self.device, self._build.target, tir, vm, pyfuncs)
 
     def _kernel(self, entry: FunctionEntry, use_cache: bool = True):
-        try:
-            return self._build.kernel(entry.name, entry.func, use_cache=use_cache)
-        except CompileError as err:
-            raise CompileError(err.detail, function=entry.name, line=entry.line) from None
+        """The library of PrimFunc `entry`. The module's other PrimFuncs that no cache has are
+        built with it, in one build: they are likely called next (a notebook run top to bottom
+        then builds its kernels once, not once each)."""
+        lib = self._kernels_of(self._state, {entry.name}, use_cache)[entry.name]
+        if isinstance(lib, CompileError):
+            raise _placed(lib, entry)
+        return lib
+
+    def _kernels_of(self, state: ModuleState, wanted: set[str] | None, use_cache: bool) -> dict:
+        funcs = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
+        return self._build.kernels(funcs, wanted=wanted, use_cache=use_cache)
 
     def _linked_of(self, state: ModuleState, use_cache: bool = True):
         """The linked Relax functions of `state`, and those that failed to compile (kept per
@@ -911,6 +917,11 @@ class LiveModule:
         # at interpreter shutdown this may fail: the registry is cleared at exit anyway
         with contextlib.suppress(Exception):
             self._bridge.close()
+
+
+def _placed(err: CompileError, entry: FunctionEntry) -> CompileError:
+    """`err` (a kernel that does not compile) naming the function and its line in its cell."""
+    return CompileError(err.detail, function=entry.name, line=entry.line)
 
 
 class _LazyCallable:
