@@ -13,10 +13,11 @@ import textwrap
 import torch
 import tvm
 import tvm_ffi
-from harness import Cells, per_call
+from harness import module_cell, notebook_shell, per_call
 from tvm.relax.base_py_module import BasePyModule
 
-from tvm_pyfunc_nb import py_registry
+from tvm_pyfunc_nb._core import py_registry
+from tvm_pyfunc_nb.testing import NotebookShell
 
 FUNCTIONS = textwrap.dedent("""
     @T.prim_func
@@ -59,16 +60,17 @@ FUNCTIONS = textwrap.dedent("""
 PYFUNCS = ("py_tir", "scale", "ident")
 
 
-def upstream_module(cells: Cells) -> BasePyModule:
+def upstream_module(shell: NotebookShell) -> BasePyModule:
     """Upstream's module, with its pyfuncs registered for `R.call_py_func` the way upstream does it
     (`ir_mod.pyfuncs`).
     """
-    cells.run(
+    shell.run(
         "from tvm.script import ir as I, relax as R, tirx as T\n"
         "from tvm.relax.base_py_module import BasePyModule\n"
-        "@I.ir_module\nclass Up(BasePyModule):\n" + textwrap.indent(FUNCTIONS, "    ")
+        "@I.ir_module\nclass Up(BasePyModule):\n" + textwrap.indent(FUNCTIONS, "    "),
+        store_history=False,
     )
-    factory = cells.ns["Up"]
+    factory = shell.ns["Up"]
     ir_mod = tvm.IRModule(dict(factory.ir_module.functions_items()))
     ir_mod.pyfuncs = {name: getattr(factory.original_class, name) for name in PYFUNCS}
     module = BasePyModule(ir_mod, tvm.cpu())
@@ -78,12 +80,11 @@ def upstream_module(cells: Cells) -> BasePyModule:
 
 
 def measure(number: int, rounds: int) -> dict:
-    cells = Cells()
-    upstream = upstream_module(
-        cells
-    )  # first: dropping an upstream module clears every R.call_py_func registration
-    cells.tvmmodule("demo", "all", FUNCTIONS)
-    demo = cells.ns["demo"]
+    shell = notebook_shell()
+    # first: dropping an upstream module clears every R.call_py_func registration
+    upstream = upstream_module(shell)
+    module_cell(shell, "demo", "all", FUNCTIONS)
+    demo = shell.ns["demo"]
     x, y = torch.arange(5, dtype=torch.float32), torch.ones(5)
     for a, b in [
         (demo.main_relax(x, y), upstream.main_relax(x, y)),
@@ -92,6 +93,7 @@ def measure(number: int, rounds: int) -> dict:
         (demo.to_ident(x), upstream.to_ident(x)),
     ]:
         assert torch.equal(a, b), (a, b)
+    shell.flush_cache()  # the compile cache's background exports must not run during timing
     ours_vm, upstream_vm = demo.module.relax_vm["main_relax"], upstream.relax_vm["main_relax"]
     xt, yt = tvm.runtime.from_dlpack(x), tvm.runtime.from_dlpack(y)
     calls = {
@@ -118,7 +120,7 @@ def callback_floor(demo, x, number: int, rounds: int) -> dict:
     """The least a Relax → Python call can cost: our VM calling a bare `lambda x: x` (torch tensors,
     as ours).
     """
-    name = next(n for n in py_registry.registered() if ".to_ident.ident." in n)
+    name = site_name(demo.name, "to_ident", "ident")
     ours = py_registry._entries[name]
     vm_fn = demo.module.relax_vm["to_ident"]
     py_registry.register(name, tvm_ffi.convert_func(lambda t: t, tensor_cls=torch.Tensor))
@@ -126,6 +128,20 @@ def callback_floor(demo, x, number: int, rounds: int) -> dict:
         return per_call({"raw VM + bare callback": lambda: vm_fn(x)}, number=number, rounds=rounds)
     finally:
         py_registry.register(name, ours)
+
+
+def site_name(module: str, caller: str, pyfunc: str) -> str:
+    """The registry name of the one `R.call_py_func` site of `caller` calling `pyfunc` in live
+    module `module`: `{prefix}.{caller}.{pyfunc}.{index}.{types hash}`, the prefix
+    `tvmnb<N>.<module>` (`tvm_pyfunc_nb._core.trampolines`).
+    """
+    found = [
+        n
+        for n in py_registry.registered()
+        if n.split(".")[1:4] == [module, caller, pyfunc] and len(n.split(".")) == 6
+    ]
+    assert len(found) == 1, (module, caller, pyfunc, py_registry.registered())
+    return found[0]
 
 
 if __name__ == "__main__":

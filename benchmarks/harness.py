@@ -1,4 +1,8 @@
-"""Small timing helpers shared by the benchmark sections, and the shell they run cells in."""
+"""Small timing helpers shared by the benchmark sections, and the shell they run cells in.
+
+The shell is the package's own `tvm_pyfunc_nb.testing.NotebookShell`: IPython's
+`InteractiveShell` with the extension loaded, running cells as a notebook front end does.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 from IPython.core.interactiveshell import InteractiveShell
 
+from tvm_pyfunc_nb.testing import NotebookShell
+
 _SCRATCH = tempfile.mkdtemp(prefix="tvm-pyfunc-nb-bench-")
 atexit.register(shutil.rmtree, _SCRATCH, True)
 
@@ -22,14 +28,29 @@ def scratch(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=_SCRATCH)
 
 
+def notebook_shell(cache_dir: str | None = None) -> NotebookShell:
+    """IPython's shell with the extension loaded and a compile cache of this run's own (empty)."""
+    return NotebookShell(InteractiveShell.instance(), cache_dir=cache_dir or scratch("cache-"))
+
+
+def module_cell(
+    shell: NotebookShell, name: str, cell_id: str, body: str, options: str = ""
+) -> None:
+    """Run `%%tvmmodule name --quiet options` with `body` under front-end cell id `cell_id` (no
+    history, as the timed cells of a notebook front end would be if history were off)."""
+    shell.cell(name, body, cell_id=cell_id, options=f"--quiet {options}", store_history=False)
+
+
 @dataclass
 class Row:
-    """One line of the results table: a figure for us and for upstream, measured in the same run."""
+    """One line of a results table: two figures measured in the same run, ours and what it is
+    compared with (upstream, PyTorch; in some tables two settings of ours: `run.TABLES` names the
+    columns). The ratio is the second over the first."""
 
     table: str
     what: str
-    ours: float  # seconds
-    upstream: float  # seconds
+    ours: float  # seconds: the first column
+    upstream: float  # seconds: the second column
     goal: str = ""
     met: bool | None = None
     note: str = ""
@@ -61,39 +82,6 @@ def per_call(
         for name, fn in calls.items():
             samples[name].append(timeit.timeit(fn, number=number) / number)
     return {name: statistics.median(values) for name, values in samples.items()}
-
-
-class Cells:
-    """A real IPython shell with the extension loaded, running cells the way a notebook front end
-    does.
-    """
-
-    def __init__(self, cache_dir: str | None = None):
-        self.shell = InteractiveShell.instance()
-        self.shell.run_line_magic("load_ext", "tvm_pyfunc_nb")
-        self.cache_dir = cache_dir or scratch("cache-")
-        self.shell.run_line_magic("config", f"TVMModuleMagics.cache_dir = {self.cache_dir!r}")
-        self.magics = self.shell.magics_manager.registry["TVMModuleMagics"]
-
-    @property
-    def ns(self) -> dict:
-        return self.shell.user_ns
-
-    def run(self, code: str, cell_id: str | None = None) -> object:
-        result = self.shell.run_cell(code, store_history=False, silent=False, cell_id=cell_id)
-        result.raise_error()
-        return result.result
-
-    def tvmmodule(self, name: str, cell_id: str, body: str) -> None:
-        self.run(f"%%tvmmodule {name} --quiet\n{body}", cell_id=cell_id)
-
-    def flush_cache(self) -> None:
-        """Wait for background exports (between timed edits: a person reads a result before editing
-        again).
-        """
-        cache = self.magics.compile_cache()
-        if cache is not None:
-            cache.flush()
 
 
 def timed(fn: Callable[[], object]) -> tuple[object, float]:

@@ -1,10 +1,12 @@
-"""`make bench`: live modules against upstream `BasePyModule`, in one run, on the same inputs.
+"""`make bench`: live modules against upstream `BasePyModule`, against PyTorch, and against
+themselves under other settings, in one run, on the same inputs.
 
 Each section runs in its own Python process (a clean interpreter, and
 upstream's habit of clearing the `R.call_py_func` registry cannot reach the
-next section); every figure is a median of repeated runs. The table is
+next section); every figure is a median of repeated runs. The tables are
 printed and written to `benchmarks/RESULTS.md`. Nothing here passes or fails:
-the goals are reported, not asserted.
+the goals are reported, not asserted (a section's own correctness checks do
+fail it: a wrong result is not a figure).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import platform
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,8 +31,49 @@ UPSTREAM_REPEATS = (5, 5, 3)
 CALL_NUMBER, CALL_ROUNDS = 2000, 41
 NOTEBOOK_REPEATS = 3
 COST_FUNCTIONS = 8
+MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 16
+GUARD_NUMBER, GUARD_ROUNDS = 20, 5
+REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
+MODEL_LAYERS, MODEL_REPEATS = 4, 3
 
 METHOD = (HERE / "METHOD.md").read_text()
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the results: its title and what its two figures are. The ratio column is
+    always the second figure over the first."""
+
+    title: str
+    first: str = "ours"
+    second: str = "upstream"
+    ratio: str = "upstream ÷ ours"
+
+
+TABLES = {
+    "edit": Table("Edit → result ready (a real IPython shell)"),
+    "calls": Table("Call paths (5-element tensors)"),
+    "notebook": Table("Fresh kernel: a generated notebook run start to finish"),
+    "scaling": Table("Scaling: edit one PrimFunc in modules of 5, 20 and 80 PrimFuncs"),
+    "fast": Table(
+        "Make it fast: the tutorial's matmul and an MLP against PyTorch (this machine's CPU)",
+        second="PyTorch",
+        ratio="PyTorch ÷ ours",
+    ),
+    "guards": Table(
+        "Crash guards: kernels whose bounds TVM cannot prove, with and without the guards",
+        first="--unchecked",
+        second="checked (default)",
+        ratio="checked ÷ unchecked (the guards' cost)",
+    ),
+    "remote": Table(
+        "Remote: an RPC server on loopback against the same module here",
+        first="local",
+        second="remote",
+        ratio="remote ÷ local",
+    ),
+    "model": Table("A model at scale: a 4-layer transformer imported with `add_torch`"),
+}
 
 
 def section(script: str, *args: object) -> dict:
@@ -81,8 +125,13 @@ def machine() -> list[str]:
     ]
 
 
+def _compiled(records: list[str]) -> str:
+    return ", ".join(records) or "nothing"
+
+
 def edit_rows(edits: dict) -> list[Row]:
     compiled = edits["compiled"]
+    kept = edits.get("kept", {})
     rows = [
         Row(
             "edit",
@@ -91,7 +140,7 @@ def edit_rows(edits: dict) -> list[Row]:
             edits["upstream_pyfunc20"],
             "no TVM compile",
             compiled["pyfunc20"] == [],
-            f"ours compiled: {', '.join(compiled['pyfunc20']) or 'nothing'}",
+            f"ours compiled: {_compiled(compiled['pyfunc20'])}",
         ),
         Row(
             "edit",
@@ -100,7 +149,18 @@ def edit_rows(edits: dict) -> list[Row]:
             edits["upstream_primfunc20"],
             "≥ 5×",
             edits["upstream_primfunc20"] / edits["ours_primfunc20"] >= 5,
-            f"ours compiled: {', '.join(compiled['primfunc20'])}",
+            f"ours compiled: {_compiled(compiled['primfunc20'])}",
+        ),
+        Row(
+            "edit",
+            "revert: the PrimFunc's previous text again, same cell id → result ready",
+            edits["ours_revert20"],
+            edits["upstream_revert20"],
+            "compiles nothing",
+            compiled["revert20"] == [],
+            f"ours compiled (all {EDIT_REPEATS} reverts): {_compiled(compiled['revert20'])}; "
+            f"the module keeps {kept.get('kernels', '?')} compiled kernels (versions included) "
+            f"and {kept.get('vms', '?')} Relax VMs; upstream re-instantiates",
         ),
     ]
     first = SIZES[0]
@@ -187,7 +247,9 @@ def notebook_rows(nb: dict) -> list[Row]:
             "notebook in a fresh kernel, cold compile cache (kernel start → shut down)",
             cold["wall"],
             upstream["wall"],
-            note=f"cells alone: ours {_time(cold['cells'])}, upstream {_time(upstream['cells'])}; "
+            "≥ 2×",
+            upstream["wall"] / cold["wall"] >= 2,
+            f"cells alone: ours {_time(cold['cells'])}, upstream {_time(upstream['cells'])}; "
             f"ours compiled {cold['stats']['tir']} PrimFuncs",
         ),
         Row(
@@ -204,23 +266,164 @@ def notebook_rows(nb: dict) -> list[Row]:
     ]
 
 
+def fast_rows(fast: dict) -> list[Row]:
+    rows = [
+        Row(
+            "fast",
+            f"matmul 256×256 float32, {what} vs `torch.matmul(a, b, out=c)`",
+            fast[key]["ours"],
+            fast[key]["torch"],
+            note=note,
+        )
+        for key, what, note in [
+            ("naive", "the loops as written", "one core, no vectors"),
+            (
+                "scheduled",
+                "scheduled by hand",
+                "the tutorial's `tile`: 32×128 tiles in parallel, 16-wide vectors, "
+                "a tile accumulator",
+            ),
+            (
+                "tuned",
+                f"tuned (MetaSchedule, {fast['tune_trials']} trials)",
+                f"`tune` took {_time(fast['tune_seconds'])}, MetaSchedule's one-time "
+                "imports included",
+            ),
+        ]
+    ]
+    for pipeline in ("default", "zero", "target"):
+        figures = fast[f"mlp_{pipeline}"]
+        kernels = figures["kernels"]
+        rows.append(
+            Row(
+                "fast",
+                f"MLP 32×256 → 512 → 512 → 10 (ReLU), `--pipeline {pipeline}` vs PyTorch eager",
+                figures["ours"],
+                figures["torch"],
+                note=f"{len(kernels)} kernels: {', '.join(kernels)}",
+            )
+        )
+    return rows
+
+
+def fast_lines(fast: dict) -> list[str]:
+    return [
+        f'- target `{fast["target"]}`: `{{"kind": "llvm", "mcpu": "native"}}`, the CPU '
+        "of this machine (code compiled so may not run on an older one); TVM's parallel loops "
+        f"run on its own thread pool, PyTorch on {fast['torch_threads']} threads",
+        "- no Relax pipeline schedules a matmul on a CPU: the MLP's kernels run their loops as "
+        "legalized, whatever the fusion",
+    ]
+
+
+def guard_rows(guards: dict) -> list[Row]:
+    noted = guards["guarded"]
+    rows = []
+    for kernel, what in [
+        ("gather", "gather `B[i] = A[idx[i]]`, 1M float32, a random permutation"),
+        ("copy", "copy loop over `m` into a buffer of size `n`, 1M float32"),
+    ]:
+        rows.append(
+            Row(
+                "guards",
+                what,
+                guards[f"{kernel} unchecked"],
+                guards[f"{kernel} checked"],
+                note=f"`time` notes the guards: checked {_yes(noted[f'{kernel} checked'])}, "
+                f"unchecked {_yes(noted[f'{kernel} unchecked'])}",
+            )
+        )
+    return rows
+
+
+def remote_rows(remote: dict) -> list[Row]:
+    rows = []
+    for key, what in [
+        ("relax", "Relax `R.add`, 5 elements, per call (`NAME.main_relax(x, y)`)"),
+        ("tir", "PrimFunc, 5 elements, per call (its output copied back)"),
+    ]:
+        local, far = remote[f"{key} local"], remote[f"{key} remote"]
+        rows.append(
+            Row("remote", what, local, far, note=f"RPC overhead {_time(far - local)} per call")
+        )
+    for fn, what in [("main_relax", "Relax function"), ("add_tir", "PrimFunc")]:
+        rows.append(
+            Row(
+                "remote",
+                f"`NAME.time` of the {what}: `time_evaluator` on the device",
+                remote[f"time {fn} local"],
+                remote[f"time {fn} remote"],
+                note="no RPC in the figure: expected near-equal",
+            )
+        )
+    return rows
+
+
+def remote_lines(remote: dict) -> list[str]:
+    uploads = ", ".join(f"{name} ({size / 1024:.0f} KB)" for name, size in remote["uploads"])
+    return [f"- uploaded once, at the first calls: {uploads}"]
+
+
+def model_rows(model: dict) -> list[Row]:
+    cold, warm, edit = model["cold_compiled"], model["warm_compiled"], model["edit_compiled"]
+    return [
+        Row(
+            "model",
+            f"cold: first call compiles everything ({model['bindings']} bindings, "
+            f"{model['kernels']} kernels run) vs `tvm.compile` + VM",
+            model["cold"],
+            model["upstream"],
+            note=f"ours built {cold['tir']} PrimFuncs and the VM; then the background exports "
+            f"to the compile cache took {_time(model['exports'])}; `add_torch` itself "
+            f"{_time(model['import'])}",
+        ),
+        Row(
+            "model",
+            "warm: a new module, same process and cache directory, first call",
+            model["warm"],
+            model["upstream"],
+            note=f"ours compiled {warm['tir']} PrimFuncs ({model['warm_from_disk']} from the "
+            f"disk cache) and lowered and linked the VM ({_time(warm['compile_seconds'])})",
+        ),
+        Row(
+            "model",
+            "edit: `edit_text('main')` with the first GELU made SiLU, run as a cell, then call",
+            model["edit"],
+            model["upstream_edit"],
+            note=f"cell {_time(model['edit_cell'])}, call {_time(model['edit_call'])}; ours "
+            f"compiled PrimFuncs {', '.join(edit['tir_names']) or 'none'} and "
+            f"{edit['vm']} VM",
+        ),
+    ]
+
+
+def _ratio(ratio: float) -> str:
+    return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.2g}×"
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
 def _time(seconds: float) -> str:
-    if seconds < 1e-3:
+    if abs(seconds) < 1e-6:
+        return f"{seconds * 1e9:.1f} ns"
+    if abs(seconds) < 1e-3:
         return f"{seconds * 1e6:.2f} µs"
-    if seconds < 1:
+    if abs(seconds) < 1:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s"
 
 
-def table(rows: list[Row]) -> list[str]:
+def table(rows: list[Row], spec: Table) -> list[str]:
     lines = [
-        "| measurement | ours | upstream | upstream ÷ ours | goal | met | notes |",
+        f"| measurement | {spec.first} | {spec.second} | {spec.ratio} | goal | met | notes |",
         "| --- | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for row in rows:
         met = "" if row.met is None else ("yes" if row.met else "**no**")
         lines.append(
-            f"| {row.what} | {_time(row.ours)} | {_time(row.upstream)} | {row.ratio:.2f}× | "
+            f"| {row.what} | {_time(row.ours)} | {_time(row.upstream)} | {_ratio(row.ratio)} | "
             f"{row.goal} | {met} | {row.note} |"
         )
     return lines
@@ -250,16 +453,25 @@ def main() -> None:
     calls = section("call_paths.py", CALL_NUMBER, CALL_ROUNDS)
     nb = section("notebook.py", NOTEBOOK_REPEATS)
     costs = section("cache_costs.py", COST_FUNCTIONS)
-    rows = edit_rows(edits) + call_rows(calls) + notebook_rows(nb)
-    titles = {
-        "edit": "Edit → result ready (a real IPython shell)",
-        "calls": "Call paths (5-element tensors)",
-        "notebook": "Fresh kernel: a generated notebook run start to finish",
-        "scaling": "Scaling: edit one PrimFunc in modules of 5, 20 and 80 PrimFuncs",
-    }
+    fast = section("make_fast.py", MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS)
+    guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
+    remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
+    model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
+    rows = (
+        edit_rows(edits)
+        + call_rows(calls)
+        + notebook_rows(nb)
+        + fast_rows(fast)
+        + guard_rows(guards)
+        + remote_rows(remote)
+        + model_rows(model)
+    )
+    extra = {"fast": fast_lines(fast), "remote": remote_lines(remote)}
     body = []
-    for key, title in titles.items():
-        body += ["", f"## {title}", "", *table([r for r in rows if r.table == key])]
+    for key, spec in TABLES.items():
+        body += ["", f"## {spec.title}", "", *table([r for r in rows if r.table == key], spec)]
+        if key in extra:
+            body += ["", *extra[key]]
     body += ["", "## Compile cache, per PrimFunc", "", *cost_lines(costs)]
     elapsed = time.perf_counter() - started
     text = "\n".join(
