@@ -346,7 +346,7 @@ class Build:
 
     def _build_together(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> dict[str, _Built]:
         """`funcs` in one `tirx.build`, one library holding them all; {} if that fails."""
-        names = tuple(funcs)
+        names = tuple(sorted(funcs))  # the order of an IRModule's functions varies by process
         start = time.perf_counter()
         try:
             with self._compiling("tir", names):
@@ -580,7 +580,10 @@ def _called_prim_funcs(lowered: tvm.IRModule, leftover: tvm.IRModule):
         if isinstance(f, relax.Function)
         for gv in relax.analysis.all_global_vars(f)
     }
-    return [(gv, f) for gv, f in _prim_funcs(leftover) if gv.name_hint in called]
+    return sorted(
+        ((gv, f) for gv, f in _prim_funcs(leftover) if gv.name_hint in called),
+        key=lambda item: item[0].name_hint,
+    )
 
 
 def _binds_threads(func: tvm.tirx.PrimFunc) -> bool:

@@ -233,14 +233,7 @@ class LiveModule:
         callable (as a pyfunc), or a list of them. Adding the same names again replaces it; a cell
         that defines one of them later takes it over.
         """
-        contribution = added_contribution(
-            obj,
-            name=name,
-            module_name=self.name,
-            namespace=self.namespace,
-            origin=f"{self.name}.add({_what(obj)})",
-        )
-        result = self._apply(self._assembly.propose(contribution))
+        result = self._add(obj, name, f"{self.name}.add({_what(obj)})")
         for defined in result.defined:  # no longer the function a PyTorch model became
             self._torch_origins.pop(defined, None)
         return result
@@ -254,16 +247,15 @@ class LiveModule:
         graph is kept, so that `compare(name, model, ...)` goes op by op.
         """
         func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
-        contribution = added_contribution(
-            func,
-            name=name,
-            module_name=self.name,
-            namespace=self.namespace,
-            origin=f"{self.name}.add_torch({type(model).__name__})",
-        )
-        result = self._apply(self._assembly.propose(contribution))
+        result = self._add(func, name, f"{self.name}.add_torch({type(model).__name__})")
         self._torch_origins[name] = origin
         return result
+
+    def _add(self, obj, name: str | None, origin: str) -> UpdateResult:
+        contribution = added_contribution(
+            obj, name=name, module_name=self.name, namespace=self.namespace, origin=origin
+        )
+        return self._apply(self._assembly.propose(contribution))
 
     def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
         proposal.result.shadowed = [n for n in proposal.result.defined if n in self._own_names]
