@@ -355,3 +355,35 @@ def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
     assert built and len(list((tmp_path / "cache").glob("*.so"))) == len(built)
     warm_run = run()
     assert warm_run["tir"] == [] and warm_run["hits"] >= len(cold["tir"])
+
+
+EXIT_WITH_EXPORTS_QUEUED = """
+import sys, tvm
+from tvm_pyfunc_nb import CompileCache, LiveModule
+from tvm_pyfunc_nb._core import compile_cache
+compile_cache._Writer.EXIT_GRACE_SECONDS = 0  # what a long queue comes to once the grace is over
+cache = CompileCache(sys.argv[1])
+live = LiveModule("m")
+live.run_cell(sys.argv[2])
+for name, func in live.ir_mod.functions_items():
+    lib = tvm.tirx.build(tvm.IRModule({name: func.with_attr("global_symbol", name.name_hint)}))
+    cache.store({name.name_hint: func}, "llvm", lib)
+print(len(cache.summary().location) > 0, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_exit_waits_for_the_export_running_not_for_every_export_queued(tmp_path):
+    count = 24
+    body = "".join(kernel(k) for k in range(count))
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WITH_EXPORTS_QUEUED, str(tmp_path), body],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = CompileCache(tmp_path).summary().entries
+    assert written < count  # the main thread ended at once: most exports were dropped, not waited
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written file

@@ -24,8 +24,9 @@ The cache is bounded in size and evicts the least recently used entries.
 
 Exporting costs about as much as compiling did (LLVM's code generator runs
 again, then the C compiler links), so it runs on one background thread, off
-the path of the call that compiled; pending exports finish before the
-interpreter exits (`flush()` waits for them on demand). The linker runs in a
+the path of the call that compiled (`flush()` waits for it on demand). When
+the interpreter exits, the export running finishes and those not started are
+dropped, so that a kernel shuts down at once. The linker runs in a
 session of its own, so interrupting or stopping the kernel does not kill it.
 """
 
@@ -36,6 +37,7 @@ import hashlib
 import json
 import os
 import platform
+import queue
 import shutil
 import stat
 import subprocess
@@ -43,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -118,7 +120,7 @@ class CompileCache:
         self.hits = self.misses = self.stored = self.rejected = 0
         self.problem: str | None = None
         _make_private_directory(self.directory)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tvm-compile-cache")
+        self._writer = _Writer()
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
         self._opened: dict[str, tvm.runtime.Module] = {}  # library sha256 -> loaded, latest last
@@ -191,8 +193,7 @@ class CompileCache:
                 pending = list(self._pending)
             if not pending:
                 return
-            for future in pending:
-                future.exception()
+            wait(pending)
 
     def summary(self) -> CacheSummary:
         entries = self._entries()
@@ -299,6 +300,8 @@ class CompileCache:
     def _done(self, future: Future) -> None:
         with self._lock:
             self._pending.discard(future)
+        if future.cancelled():  # dropped at exit: the function is compiled again next time
+            return
         err = future.exception()
         if err is not None:  # a failed export only means this function is compiled again next time
             self.problem = f"writing an entry failed: {last_reason(err)}"
@@ -340,6 +343,66 @@ class CompileCache:
             if path.suffix == RECORD_SUFFIX or not entry.last_used:
                 entry.last_used = info.st_mtime
         return list(found.values())
+
+
+class _Writer:
+    """The thread that exports libraries into the cache, one job at a time, in order.
+
+    When the interpreter exits (its main thread has ended), exports go on for at most
+    `EXIT_GRACE_SECONDS`; the one running then is finished and those not started are
+    dropped, so that a kernel shuts down within Jupyter's patience (5 s) however many
+    exports were queued. A dropped entry only means its function is compiled again next
+    time. The thread ends when it has been idle a while, and starts again with the next job.
+    """
+
+    IDLE_SECONDS = 5.0
+    POLL_SECONDS = 0.1
+    EXIT_GRACE_SECONDS = 2.0
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        with self._lock:
+            self._jobs.put((future, fn, args))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tvm-compile-cache")
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        idle, exit_started = 0.0, None
+        while True:
+            try:
+                future, fn, args = self._jobs.get(timeout=self.POLL_SECONDS)
+            except queue.Empty:
+                idle += self.POLL_SECONDS
+                if self._exiting() or idle >= self.IDLE_SECONDS:
+                    with self._lock:
+                        if self._exiting() or self._jobs.empty():
+                            self._thread = None
+                            return
+                continue
+            idle = 0.0
+            if exit_started is None and self._exiting():
+                exit_started = time.monotonic()
+            if exit_started is not None and (
+                time.monotonic() - exit_started >= self.EXIT_GRACE_SECONDS
+            ):
+                future.cancel()
+                continue
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as err:
+                    future.set_exception(err)
+
+    @staticmethod
+    def _exiting() -> bool:
+        return not threading.main_thread().is_alive()
 
 
 @dataclass
