@@ -90,7 +90,7 @@ def bindings_of(func: relax.Function) -> int:
 def compiled(live, mark: int) -> dict:
     records = live.stats.since(mark)
     return {
-        "tir": sum(r.kind == "tir" for r in records),
+        "tir": sum(len(r.functions) for r in records if r.kind == "tir"),
         "tir_names": [n for r in records if r.kind == "tir" for n in r.functions],
         "vm": sum(r.kind == "vm" for r in records),
         "compile_seconds": sum(r.seconds for r in records),

@@ -35,7 +35,7 @@ for k in range({n}):  # try every kernel once, as exploring does
 """
 STATS = f"""\
 import json
-tir = sum(c.kind == "tir" for c in {MODULE}.stats.compiles)
+tir = sum(len(c.functions) for c in {MODULE}.stats.compiles if c.kind == "tir")
 print(json.dumps({{"tir": tir, "hits": {MODULE}.stats.cache_hits}}))
 """
 
