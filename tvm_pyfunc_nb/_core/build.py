@@ -231,6 +231,9 @@ class Build:
         self.checked = checked
         self.persistent = persistent
         self.is_gpu = self.target.kind.name in GPU_KINDS
+        # kernels that run in this process, on its CPU: JIT-compiled by LLVM when built
+        self._runs_here = local and self.target.kind.name == "llvm"
+        self._foreign = _foreign_architecture(self.target) if self._runs_here else None
         # everything that makes two builds of one function differ, beyond the function itself
         checks = "checked" if checked else "unchecked"
         self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
@@ -278,11 +281,13 @@ class Build:
         built with it, in one `tirx.build` (one LLVM module and one link instead of one
         each); if that fails, one by one, so that a kernel that does not compile never
         hides the others."""
-        wanted = list(funcs) if wanted is None else [n for n in funcs if n in set(wanted)]
+        if wanted is not None:
+            wanted = set(wanted)
+        wanted = [n for n in funcs if wanted is None or n in wanted]
         built = self._kernels(funcs, wanted, use_cache)
         return {name: built[name].lib for name in wanted}
 
-    def _kernels(self, funcs: dict, wanted: list[str], use_cache: bool) -> dict[str, _Built]:
+    def _kernels(self, funcs: dict, wanted: Iterable[str], use_cache: bool) -> dict[str, _Built]:
         found: dict[str, _Built] = {}
         stale: dict[str, tvm.tirx.PrimFunc] = {}
 
@@ -300,7 +305,7 @@ class Build:
         if not stale:
             return found
         look_up([n for n in funcs if n not in found and n not in stale], counted=False)
-        together = {n: f for n, f in stale.items() if self._batchable(f)}
+        together = {n: f for n, f in stale.items() if self._batchable(n, f)}
         if len(together) > 1:
             found.update(self._build_together(together))
         for name, func in stale.items():
@@ -336,13 +341,30 @@ class Build:
             self.persistent.store({name: func}, self.key, built.lib)
         return built
 
-    def _batchable(self, func) -> bool:
-        """Whether `func` may go into a build with others: not one that `_build_kernel` refuses
-        before building (it says why, for that function alone)."""
+    def _batchable(self, name: str, func) -> bool:
+        """Whether `func` may go into a build with others: not one refused before building
+        (`_build_kernel` says why, for that function alone)."""
         if self.is_gpu:
             return _binds_threads(func)
-        local_cpu = self.local and self.target.kind.name == "llvm"
-        return not (local_cpu and (_foreign_architecture(self.target) or missing_symbols(func)))
+        return self._refusal(name, func) is None
+
+    def _refusal(self, name: str, func) -> CompileError | None:
+        """Why `func` must not be built to run here, if it must not."""
+        missing = missing_symbols(func) if self._runs_here else []
+        if missing:  # LLVM's JIT would hand back an address that segfaults when called
+            return CompileError(
+                f"does not compile for target {self.target_name}: calls external symbol(s) "
+                f"{', '.join(missing)}, which this process does not provide",
+                function=name,
+            )
+        if self._foreign:
+            return CompileError(
+                f"compiles for {self._foreign}, which this machine ({_host_architecture()}) "
+                f"cannot run: run it there with --rpc HOST:PORT; "
+                f"`{self.module_name}.source('{name}', 'asm')` shows the code",
+                function=name,
+            )
+        return None
 
     def _build_together(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> dict[str, _Built]:
         """`funcs` in one `tirx.build`, one library holding them all; {} if that fails."""
@@ -350,11 +372,8 @@ class Build:
         start = time.perf_counter()
         try:
             with self._compiling("tir", names):
-                mod = tvm.IRModule(
-                    {tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()}
-                )
-                lib = tvm.tirx.build(mod, target=self.target)
-                if self.local and self.target.kind.name == "llvm":
+                lib = self._tirx_build(funcs)
+                if self._runs_here:
                     for name in names:  # JIT now, so the time is counted here
                         lib.get_function(name)
         except Exception:  # TVM raises many types: the functions are built one by one instead
@@ -369,26 +388,13 @@ class Build:
         return {name: built for name in names}
 
     def _build_kernel(self, name: str, func: tvm.tirx.PrimFunc):
-        local_cpu = self.local and self.target.kind.name == "llvm"
-        missing = missing_symbols(func) if local_cpu else []
-        if missing:  # LLVM's JIT would hand back an address that segfaults when called
-            return CompileError(
-                f"does not compile for target {self.target_name}: calls external symbol(s) "
-                f"{', '.join(missing)}, which this process does not provide",
-                function=name,
-            )
-        foreign = _foreign_architecture(self.target) if local_cpu else None
-        if foreign:
-            return CompileError(
-                f"compiles for {foreign}, which this machine ({_host_architecture()}) cannot run: "
-                f"run it there with --rpc HOST:PORT; `{self.module_name}.source('{name}', 'asm')` "
-                "shows the code",
-                function=name,
-            )
+        refusal = self._refusal(name, func)
+        if refusal is not None:
+            return refusal
         start = time.perf_counter()
         try:
             lib = self.build_kernel_module(name, func)
-            if local_cpu:  # JIT now, so the time is counted here and not at the first call
+            if self._runs_here:  # JIT now, so the time is counted here and not at the first call
                 lib.get_function(name)
         except CompileError as err:
             return err
@@ -404,7 +410,11 @@ class Build:
         """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
         if self.is_gpu and not _binds_threads(func):
             raise CompileError(self._unbound_advice(name, func), function=name)
-        mod = tvm.IRModule({tvm.ir.GlobalVar(name): self._as_built(name, func)})
+        return self._tirx_build({name: func})
+
+    def _tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
+        """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them."""
+        mod = tvm.IRModule({tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()})
         return tvm.tirx.build(mod, target=self.target)
 
     def _as_built(self, name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
@@ -480,8 +490,7 @@ class Build:
             }
         functions.update({name: f for name, f in kernels.items() if name not in functions})
         try:
-            guarded = {tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in functions.items()}
-            libs = [tvm.tirx.build(tvm.IRModule(guarded), target=self.target)] if guarded else []
+            libs = [self._tirx_build(functions)] if functions else []
             executable = _vm_ffi.VMLink(builder, self.target, None, libs, {})
             export_library(executable, path)
         except Exception as err:
