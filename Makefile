@@ -39,9 +39,12 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-## Every test: lint, unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser
+## Every test: lint, unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser.
+## One worker per core; a test file or a notebook stays on one worker (its cells share a kernel,
+## its module fixtures are made once), and the 15 slowest tests are listed at the end.
 test: lint browser-deps
-	$(BIN)/python -m pytest tests notebooks --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+	$(BIN)/python -m pytest -n auto --dist loadscope --durations=15 tests notebooks \
+	  --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 bench: install
 	$(BIN)/python benchmarks/run.py
