@@ -13,26 +13,26 @@ import statistics
 import sys
 import time
 
-import tvm
 from harness import scratch
 from workload import primfunc
 
 from tvm_pyfunc_nb import CompileCache, LiveModule
 from tvm_pyfunc_nb._core.build import Build, CompileStats
+from tvm_pyfunc_nb._core.options import ModuleOptions
 
 
 def measure(count: int) -> dict:
     live = LiveModule("costs")
     live.run_cell("".join(primfunc(k, 500.0 + k) for k in range(count + 1)))
     funcs = {name: live.ir_mod[name] for name in live.functions}
-    build = Build("llvm", tvm.cpu(), CompileStats())  # no persistent cache: this file drives it
+    build = Build(ModuleOptions(), CompileStats())  # no persistent cache: this file drives it
     warmup = f"k{count}"  # LLVM's one-time start-up is not a per-PrimFunc cost
-    build.kernel(warmup, funcs.pop(warmup), use_cache=False)
+    build.kernels({warmup: funcs.pop(warmup)}, use_cache=False)
     cache = CompileCache(scratch("costs-cache-"))
     built, export, store, load = [], [], [], []
     for name, func in funcs.items():
         start = time.perf_counter()
-        lib = build.kernel(name, func, use_cache=False)
+        lib = build.kernels({name: func}, use_cache=False)[name]
         built.append(time.perf_counter() - start)
         start = time.perf_counter()
         cache.store({name: func}, build.key, lib)

@@ -28,7 +28,7 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core import live_module as live_module_impl
+from tvm_pyfunc_nb._core import lowering
 
 # -- cells -----------------------------------------------------------------------------------------
 MLP = """
@@ -327,13 +327,13 @@ def test_lowered_source_and_kernels_of_a_pyfunc_are_package_errors(shell):
 def test_lowered_and_source_are_computed_on_demand_not_on_a_call(shell, monkeypatch):
     made = []
     for helper in ("lowered_prim_func", "lowered_relax", "generated_source"):
-        real = getattr(live_module_impl, helper)
+        real = getattr(lowering, helper)
 
         def spy(*args, _real=real, _helper=helper, **kwargs):
             made.append(_helper)
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(live_module_impl, helper, spy)
+        monkeypatch.setattr(lowering, helper, spy)
 
     shell.cell("demo", MM128 + MLP, options="--pipeline zero")
     demo = shell.ns["demo"]

@@ -1,7 +1,9 @@
 """The package's shape: no import cycles, a core free of IPython and views, no shadowed names.
 
 Read from the source (every `import` statement, those inside functions too),
-so a lazy import cannot hide a dependency.
+so a lazy import cannot hide a dependency. Imports for type annotations alone
+(`if TYPE_CHECKING:`) never run, so they make no cycle; they still count as
+what the core may not import.
 """
 
 from __future__ import annotations
@@ -29,12 +31,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module `path` imports, absolute names (`from . import x` gives `package.x`)."""
+def imports_of(path: Path, *, at_run_time: bool = False) -> set[str]:
+    """Every module `path` imports, absolute names (`from . import x` gives `package.x`); with
+    `at_run_time`, not those for type annotations alone."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    if at_run_time:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                skipped.update(id(n) for n in ast.walk(node))
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -50,7 +61,7 @@ def imports_of(path: Path) -> set[str]:
 def package_graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     return {
-        name: {m for m in imports_of(path) if m in modules and m != name}
+        name: {m for m in imports_of(path, at_run_time=True) if m in modules and m != name}
         for name, path in modules.items()
     }
 

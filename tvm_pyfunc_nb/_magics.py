@@ -19,50 +19,48 @@ from traitlets import Bool, Float, Int, Unicode, default
 from ._core import front_end
 from ._core.compile_cache import CompileCache
 from ._core.live_module import LiveModule
+from ._core.options import OPTIONS, ModuleOptions, Option
 from ._views import registry
 from ._views.render import ModuleList
 from .errors import TVMModuleError
 
 CACHE_DIR_ENV = "TVM_PYFUNC_NB_CACHE_DIR"
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def _trait(option: Option):
+    """The `%config TVMModuleMagics.<name>` trait of `option`."""
+    kind = {bool: Bool, float: Float, int: Int, str: Unicode}[type(option.default)]
+    flag = f" (`{option.flag}`)" if option.flag else ""
+    return kind(option.default, help=f"{option.help[0].upper()}{option.help[1:]}{flag}.").tag(
+        config=True
+    )
+
+
+def _option_flags(magic):
+    """`magic` with a `%%tvmmodule` flag for every option that has one."""
+    for option in reversed(OPTIONS):
+        if option.flag is None:
+            continue
+        if isinstance(option.default, bool):
+            kwargs = {"action": "store_true", "default": None, "help": option.help + "."}
+        else:
+            default = f" (default: TVMModuleMagics.{option.name})"
+            kwargs = {"default": None, "help": option.help + default, "metavar": option.metavar}
+        magic = argument(option.flag, dest=option.name, **kwargs)(magic)
+    return magic
+
+
+# Every option's trait, declared from OPTIONS (options.py), the one place options are listed
+_OptionTraits = type("_OptionTraits", (Magics,), {o.name: _trait(o) for o in OPTIONS})
 
 
 @magics_class
-class TVMModuleMagics(Magics):
+class TVMModuleMagics(_OptionTraits):
     """Magics that build live TVM modules from cells. Defaults: `%config TVMModuleMagics.<option> =
     ...`.
     """
 
-    target = Unicode("llvm", help="TVM target of new modules (`--target`).").tag(config=True)
-    device = Unicode(
-        "cpu", help="Device of new modules, e.g. `cpu`, `cpu:0`, `cuda:0` (`--device`)."
-    ).tag(config=True)
-    pipeline = Unicode(
-        "auto",
-        help="Relax pipeline of new modules (`--pipeline`): `auto` (what tvm.compile picks for the "
-        "target), `target` (the target's own, with fusion), or a relax.get_pipeline name.",
-    ).tag(config=True)
-    checked = Bool(
-        True,
-        help="Put bounds and division checks into CPU kernels, so a bad index raises instead of "
-        "killing the kernel (`--unchecked` turns them off, at your own risk).",
-    ).tag(config=True)
-    rpc = Unicode(
-        "",
-        help="Run compiled code on a remote device through TVM's RPC (`--rpc`): `HOST:PORT` of an "
-        "RPC server, or `tracker=HOST:PORT/KEY`; '' runs it here.",
-    ).tag(config=True)
-    rpc_timeout = Float(
-        60.0, help="Seconds a remote step (connect, upload, call) may take before it fails."
-    ).tag(config=True)
-    cross_compiler = Unicode(
-        "",
-        help="The C compiler that links libraries for a remote target, e.g. "
-        "`aarch64-linux-gnu-gcc` ('' is this machine's own, right for a server of its kind).",
-    ).tag(config=True)
-    eager = Bool(
-        False, help="Compile when the cell runs instead of at the first call (`--eager`)."
-    ).tag(config=True)
-    quiet = Bool(False, help="Show nothing after a %%tvmmodule cell (`--quiet`).").tag(config=True)
     cache_dir = Unicode(
         help="Persistent compile cache shared by kernels; '' turns it off. Default: "
         f"${CACHE_DIR_ENV} if set, else <IPython cache dir>/tvm_pyfunc_nb (`%tvmcache` shows it)."
@@ -97,40 +95,7 @@ class TVMModuleMagics(Magics):
     # -- magics ------------------------------------------------------------------------
     @magic_arguments("%tvmmodule")
     @argument("name", help="Name of the live module; bound to it in the user namespace.")
-    @argument(
-        "--target",
-        default=None,
-        help="TVM target, e.g. llvm, cuda (default: TVMModuleMagics.target).",
-    )
-    @argument(
-        "--device",
-        default=None,
-        help="Device, e.g. cpu, cpu:0, cuda:0 (default: TVMModuleMagics.device).",
-    )
-    @argument(
-        "--pipeline",
-        default=None,
-        help="Relax pipeline: auto, target, default, zero... (default: TVMModuleMagics.pipeline).",
-    )
-    @argument(
-        "--unchecked",
-        action="store_true",
-        default=None,
-        help="No bounds or division checks in CPU kernels (faster; a bad index may crash "
-        "the kernel).",
-    )
-    @argument(
-        "--eager",
-        action="store_true",
-        default=None,
-        help="Compile now; a compile failure fails the cell and changes nothing.",
-    )
-    @argument(
-        "--rpc",
-        default=None,
-        help="Run compiled code on an RPC server: HOST:PORT or tracker=HOST:PORT/KEY.",
-    )
-    @argument("--quiet", action="store_true", default=None, help="Show nothing.")
+    @_option_flags
     @argument("--reset", action="store_true", help="Drop every earlier contribution to NAME first.")
     @line_cell_magic
     def tvmmodule(self, line: str, cell: str | None = None):
@@ -234,7 +199,9 @@ class TVMModuleMagics(Magics):
 
     # -- helpers -----------------------------------------------------------------------
     def _option(self, args, name: str):
-        given = getattr(args, name)
+        given = getattr(args, name, None)
+        if given is not None and OPTION_BY_NAME[name].negated:
+            given = not given
         if (
             isinstance(given, str)
             and len(given) > 1
@@ -255,14 +222,7 @@ class TVMModuleMagics(Magics):
         name = args.name
         if not name.isidentifier():
             raise TVMModuleError(f"`{name}` is not a valid Python name for a module")
-        wanted = {
-            "target": self._option(args, "target"),
-            "device": self._option(args, "device"),
-            "pipeline": self._option(args, "pipeline"),
-            "checked": not args.unchecked if args.unchecked is not None else self.checked,
-            "rpc": self._option(args, "rpc") or None,
-            "cross_compiler": self.cross_compiler or None,
-        }
+        wanted = {f.name: self._option(args, f.name) for f in dataclasses.fields(ModuleOptions)}
         live = self.modules.get(name)
         if live is not None:
             have = dataclasses.asdict(live.options)
@@ -278,19 +238,14 @@ class TVMModuleMagics(Magics):
                 live = None
         if live is None:
             live = LiveModule(
-                name,
-                **wanted,
-                rpc_timeout=self.rpc_timeout,
-                namespace=self.shell.user_ns,
-                persistent_cache=self.compile_cache(),
+                name, namespace=self.shell.user_ns, persistent_cache=self.compile_cache(), **wanted
             )
             self.modules[name] = live
         return live
 
     @staticmethod
     def _given(args, key: str) -> bool:
-        option = {"checked": "unchecked"}.get(key, key)
-        return getattr(args, option, None) is not None
+        return getattr(args, key, None) is not None
 
     def compile_cache(self) -> CompileCache | None:
         """The persistent compile cache as configured now (None when `cache_dir` is '')."""

@@ -1,12 +1,13 @@
-"""Incremental compilation: PrimFuncs one by one, Relax VMs linked from them, both kept.
+"""Building: PrimFunc libraries (those a compile needs, together), Relax VMs linked from them.
 
 Upstream `BasePyModule` compiles the whole module twice on every
-instantiation. Here every PrimFunc is built on its own and kept by structural
-hash (in memory, and on disk through the compile cache), so an edit rebuilds
-only what it changed. A Relax VM is made by TVM's own steps (the Relax
-pipeline, VM codegen, VM link) with the PrimFuncs it needs linked in as
-libraries already built; the last few VMs are kept by structural hash, so
-going back to an earlier version of a cell rebuilds nothing.
+instantiation. Here every PrimFunc's library is kept by structural hash (in
+memory, and on disk through the compile cache), so an edit rebuilds only what
+it changed; the kernels one compile needs are built together, in one TVM
+build. A Relax VM is made by TVM's own steps (the Relax pipeline, VM codegen,
+VM link) with the PrimFuncs it needs linked in as libraries already built;
+the last few VMs are kept by structural hash, so going back to an earlier
+version of a cell rebuilds nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tvm.relax.vm_build import _vmcodegen
 from ..errors import CallError, CompileError, TVMModuleError, last_reason
 from .compile_cache import export_library
 from .crash_guards import guard_bounds, guard_division, missing_symbols
+from .tables import text_table
 
 MAX_KEPT_LIBRARIES = 256
 # Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
@@ -119,8 +121,6 @@ class CompileStats:
         ]
 
     def __repr__(self) -> str:
-        from .tracing import text_table
-
         header = ("function", "compiles", "compile time", "from memory", "from disk")
         return f"{self.summary()}\n{text_table(header, self.rows())}"
 
@@ -209,26 +209,15 @@ class Build:
     build, which views use to show long compiles.
     """
 
-    def __init__(
-        self,
-        target: str,
-        device,
-        stats: CompileStats,
-        *,
-        pipeline: str | None = None,
-        persistent=None,
-        checked: bool = True,
-        module_name: str = "NAME",
-        local: bool = True,
-    ):
+    def __init__(self, options, stats: CompileStats, persistent=None, module_name: str = "NAME"):
+        target, local = options.target, not options.rpc
         self.target = _target(target)
         self.target_name = target
         self.module_name = module_name
         self.local = local  # False: the libraries run on another machine (RPC), never here
-        self.device = device
         self.stats = stats
-        self.pipeline = pipeline_for(pipeline, self.target)
-        self.checked = checked
+        self.pipeline = pipeline_for(options.pipeline, self.target)
+        self.checked = checked = options.checked
         self.persistent = persistent
         self.is_gpu = self.target.kind.name in GPU_KINDS
         # kernels that run in this process, on its CPU: JIT-compiled by LLVM when built
@@ -258,15 +247,6 @@ class Build:
         self._vms.clear()
 
     # -- PrimFuncs -----------------------------------------------------------------
-    def kernel(self, name: str, func: tvm.tirx.PrimFunc, *, use_cache: bool = True):
-        """The compiled library of one PrimFunc (built now unless a cache has it).
-
-        What this build made itself is always used again; `use_cache=False` bypasses the
-        compile cache on disk (`recompile` also forgets what is in memory first). A build for
-        another machine never loads from disk: a library loaded from a file cannot be exported
-        again to be sent there."""
-        return _raise_if_failed(self._kernels({name: func}, {name}, use_cache)[name].lib, name)
-
     def kernels(
         self,
         funcs: dict[str, tvm.tirx.PrimFunc],
@@ -469,10 +449,6 @@ class Build:
         while len(self._vms) > MAX_KEPT_VMS:
             self._vms.popitem(last=False)
         return linked
-
-    def vm(self, mod: tvm.IRModule, *, use_cache: bool = True) -> relax.VirtualMachine:
-        """The Relax VM of `mod` on this build's device (`link`, then loaded once)."""
-        return self.link(mod, use_cache=use_cache).vm(self.device)
 
     def export_library(self, mod: tvm.IRModule, kernels: dict[str, object], path: str) -> list[str]:
         """Link the Relax functions of `mod` and the PrimFuncs `kernels` into one file at `path`,

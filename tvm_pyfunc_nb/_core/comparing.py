@@ -13,12 +13,17 @@ as such, never matched by guess.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .cells import RELAX
 from .importing import NodeRef, TorchOrigin
-from .tracing import Trace, text_table
+from .tables import text_table
+from .tracing import Trace, trace
+
+if TYPE_CHECKING:
+    from .live_module import LiveModule
 
 
 @dataclass(frozen=True)
@@ -191,3 +196,22 @@ def op_checks(trace: Trace, origin: TorchOrigin, args, rtol: float, atol: float)
 
 def _number(value: float) -> str:
     return f"{value:.3g}"
+
+
+def compare(
+    live: LiveModule, fn: str, reference, args: tuple, rtol: float, atol: float
+) -> Comparison:
+    """`fn` of `live` against `reference` on `args`: per output, and op by op when `fn` was
+    imported from `reference` with `add_torch`."""
+    origin = live._torch_origins.get(fn)
+    with torch.no_grad():
+        expected = reference(*args)
+    if origin is None or origin.model is not reference or live.entry(fn).kind != RELAX:
+        actual = live.get_function(fn)(*args)
+        why = "" if origin is None else f"op by op needs the model `{fn}` was imported from"
+        differences = output_differences(actual, expected, rtol, atol)
+        return Comparison(live.name, fn, rtol, atol, differences, why_not_op_by_op=why)
+    traced = trace(live, fn, args)
+    differences = output_differences(traced.output, expected, rtol, atol)
+    checks = op_checks(traced, origin, args, rtol, atol)
+    return Comparison(live.name, fn, rtol, atol, differences, checks)

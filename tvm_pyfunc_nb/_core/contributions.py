@@ -17,9 +17,9 @@ from typing import Any
 from tvm import relax
 from tvm.ir import GlobalVar
 
-from ..errors import CellSyntaxError
+from ..errors import CallError, CellSyntaxError
 from .cells import PYFUNC, CellFragment, FunctionSource
-from .pyfunc_loader import CellGlobals, load_pyfunc, run_preamble
+from .pyfunc_loader import CellGlobals, load_pyfunc, run_preamble, runtime_pyfunc_source
 from .tvmscript_parse import parse_fragment
 
 _runs = itertools.count(1)
@@ -185,3 +185,17 @@ def _module_attrs(fragment: CellFragment, filename: str, cell_globals) -> dict[s
     if not isinstance(attrs, dict):
         raise CellSyntaxError("I.module_attrs takes a dict", line=line)
     return {k: v for k, v in attrs.items() if k != "base_py_module"}
+
+
+def python_function(name: str, func: Callable) -> Contribution:
+    """What `NAME.add_python_function(name, func)` brings: `func` as pyfunc `name`."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise CallError(f"`{name}` is not a valid function name")
+    if not callable(func):
+        raise CallError(
+            f"add_python_function needs a callable, got {type(func).__name__}", function=name
+        )
+    key = ("add_python_function", name)
+    source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
+    entry = pyfunc_entry(source, key, "", func)
+    return Contribution(key, f"add_python_function({name!r})", {name: entry})

@@ -19,12 +19,20 @@ import base64
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
 
 from .._version import __version__
+from ..errors import CallError
+from .cells import PRIMFUNC, PYFUNC, RELAX
+from .editing import module_text
+from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .tensors import to_torch
+
+if TYPE_CHECKING:
+    from .live_module import LiveModule
 
 _RUNTIME = '''
 
@@ -170,3 +178,49 @@ class LibraryExport:
             "a PrimFunc"
         )
         return "\n".join(lines)
+
+
+def export(live: LiveModule, path: str, example: tuple | None) -> str:
+    """Write `live` to `path` as a standalone Python file; `example=("fn", args)` is run now
+    and checked again when the file runs."""
+    if example is not None:
+        if not isinstance(example, (tuple, list)) or len(example) != 2:
+            raise CallError('export: example is ("function", (arguments, ...))')
+        fn, args = example
+        if live.entry(fn).kind == PRIMFUNC:
+            raise CallError(
+                "export: the example must be a Relax function or a pyfunc (a "
+                "PrimFunc writes its outputs into its arguments)",
+                function=fn,
+            )
+        args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        example = (fn, args, live.get_function(fn)(*args))
+    consts = live.consts
+    names = live._constant_names()
+    script = module_text(live.name, live.ir_mod, consts, names, "consts.", py_module=True)
+    constants = {name: consts.numpy(name) for name in consts}
+    pyfuncs = [n for n, kind in live.functions.items() if kind == PYFUNC]
+    text = python_file(live.name, script, pyfuncs, constants, example)
+    with open(path, "w") as out:
+        out.write(text)
+    return path
+
+
+def export_library(live: LiveModule, path: str) -> LibraryExport:
+    """The compiled PrimFuncs and Relax functions of `live` as one library at `path`; Relax
+    functions that call pyfuncs are left out (a library cannot carry Python)."""
+    state = live._assembly.state
+    left_out = {}
+    relax_names = []
+    for name, entry in state.entries.items():
+        if entry.kind != RELAX:
+            continue
+        closure = [state.entries[n] for n in relax_closure([name], state.ir_mod)]
+        if any(e.kind == PYFUNC or (e.kind == RELAX and py_func_calls(e.func)) for e in closure):
+            left_out[name] = "calls Python (a pyfunc), which a library cannot carry"
+        else:
+            relax_names.append(name)
+    kernels = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
+    mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
+    linked = live._compiler.build.export_library(mod, kernels, path)
+    return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)

@@ -7,6 +7,8 @@ unloads; without one, these do the plain-Python thing.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from ..errors import TVMModuleError
@@ -50,6 +52,13 @@ _current = FrontEnd()
 
 def current() -> FrontEnd:
     return _current
+
+
+def compile_hook(live) -> Callable[[str, tuple[str, ...]], AbstractContextManager]:
+    """What a build of `live` runs around each TVM compile: the current front end's `compiling`
+    (a weak reference: the build must not keep its module alive)."""
+    ref = weakref.ref(live)
+    return lambda kind, names: _current.compiling(ref(), kind, names)
 
 
 def install(front_end: FrontEnd) -> FrontEnd:

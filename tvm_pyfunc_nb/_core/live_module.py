@@ -1,183 +1,116 @@
 """`LiveModule`: one IRModule built from many cells, changed in place, compiled lazily.
 
-The facade over the parts that each own one concern:
+The facade: each method is a delegation to the part that owns its concern.
 
 - `Assembly` (assembly.py): contributions (cells, added modules, schedules)
   in, one checked IRModule out, transactionally;
-- `Build` (build.py): compiled PrimFunc libraries and Relax VMs, the
-  pipeline, the caches;
-- `CallTable` (calls.py): the fast callables and the latest call of each
-  function;
-- `PyFuncBridge` (trampolines.py): `R.call_py_func` into the current pyfuncs.
+- `Compiler` (compiler.py): what is compiled, and compiling what a call
+  needs (kernels, linked Relax VMs, the pyfunc bridge), through a `Build`;
+- a runner (runner.py), chosen once: compiled code here or on a remote
+  device; the resolver of
+- the `CallTable` (call_table.py): the fast callables (callables.py) and
+  the latest call of each function;
+- features, each a function in its own module: `trace` (tracing.py),
+  `compare` (comparing.py), `time` (timing.py), `lowered`/`kernels`/`source`
+  (lowering.py), `schedule`/`tune` (scheduling.py), `export` (exporting.py),
+  edit text (editing.py).
 
-The rule that ties them together is `_commit`: when the module changes, the
-call table's handles re-resolve at their next call. The core knows nothing
-about IPython; a front end (front_end.py) is asked for what needs one.
+The rule that ties them together is `_commit`: when the module (or its
+compiled code) changes, the call table's handles re-resolve at their next
+call. The core knows nothing about IPython; a front end (front_end.py) is
+asked for what needs one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-import torch
 import tvm
-import tvm_ffi
-from tvm import relax
 
-from ..errors import CallError, CompileError, TVMModuleError, last_reason
-from . import front_end
+from . import (
+    comparing,
+    editing,
+    exporting,
+    front_end,
+    lowering,
+    scheduling,
+    timing,
+    tracing,
+)
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
-from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
-from .calling import allocate_outputs
-from .calls import CallTable, RecordView, refused, signature_of, unknown_function
-from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource, split_cell
-from .comparing import Comparison, op_checks, output_differences
+from .build import Build, CompileRecord, CompileStats
+from .call_errors import unknown_function, wrong_kind
+from .call_table import CallTable, RecordView
+from .callables import LazyCallable, call_dps_packed, call_tir
+from .cells import PRIMFUNC, PYFUNC, RELAX, split_cell
 from .compiled_module import CompiledPyModule
-from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
-from .crash_guards import has_guards
-from .editing import ConstantTable, function_text, module_text, name_constants
-from .exporting import LibraryExport, python_file
-from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
-from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
-from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
-from .relax_rewrite import py_func_calls, relax_closure, sub_module
-from .remote import DEFAULT_TIMEOUT, RemoteRunner
-from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
-from .tensors import to_torch, to_tvm_args, to_tvm_tensor
-from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
-from .tracing import Trace, tapped, traced_values
+from .compiler import Compiler
+from .contributions import FunctionEntry, from_cell, next_run, owners, python_function
+from .editing import ConstantTable, module_text, name_constants
+from .importing import TorchOrigin, added_contribution, import_torch
+from .options import ModuleOptions, check_target_runs_on, device_of, module_options
+from .pyfunc_loader import forget_cell_text, register_cell_text
+from .remote import RemoteDevice
+from .runner import LocalRunner, RemoteRunner
+from .tensors import to_torch, to_tvm_tensor
 from .trampolines import PyFuncBridge
-
-
-@dataclass(frozen=True)
-class ModuleOptions:
-    """What a live module was made for: `%%tvmmodule` options, fixed for its lifetime."""
-
-    target: str
-    device: str
-    pipeline: str
-    checked: bool
-    rpc: str | None = None  # `HOST:PORT` or `tracker=HOST:PORT/KEY`: compiled code runs there
-    cross_compiler: str | None = None
 
 
 class LiveModule:
     """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
 
     `%%tvmmodule NAME` cells build one and bind it to `NAME`; without IPython,
-    `LiveModule(name).run_cell(body)` does what such a cell does. Nothing
-    compiles until a call needs it, and then only what changed.
+    `LiveModule(name, **options).run_cell(body)` does what such a cell does.
+    Nothing compiles until a call needs it, and then only what changed.
 
-    Calling (torch tensors in and out, zero-copy through DLPack; numpy arrays
-    and tvm tensors are accepted as inputs):
-        NAME.fn(*args)                        call `fn`, whatever its kind; a PrimFunc
-                                              destination-passing style, outputs included
-        NAME.call_tir(fn, args, out_ty)       allocate the outputs `out_ty` describes, run `fn`
-        NAME.call_py_func(name, args)         call pyfunc `name`
-        NAME.add_python_function(name, fn)    add a Python function as a pyfunc at run time
-
-    Looking:
-        NAME.functions        `{name: kind}`, kind "pyfunc", "tir" or "relax"
-        NAME.script()         the whole module as TVMScript that parses back, pyfuncs included
-        NAME.show()           the module's widget: a tab per function, with its latest call
-        NAME.as_torch("fn")   Relax function `fn` as PyTorch source, what it cannot map flagged
-        NAME.ir_mod           the current `tvm.IRModule`
-        NAME.last_calls       the latest call of each function: arguments, result, time
-
-    Compiling:
-        NAME.compile()        compile what changed now rather than at the next call
-        NAME.recompile()      compile everything again, bypassing every cache
-        NAME.module           the compiled module as TVM's own `BasePyModule`
-        NAME.stats            every TVM compile, and what each cache served, by function
-
+    Calling (torch tensors in and out, zero-copy through DLPack):
+        NAME.fn(*args)                        `fn`, whatever its kind (a PrimFunc DPS)
+        NAME.call_tir / call_py_func / call_dps_packed / add_python_function
+    Looking: `functions`, `script()`, `show()`, `as_torch`, `ir_mod`, `last_calls`,
+        `trace`, `compare`, `lowered`, `kernels`, `source`, `time`, `edit`, `edit_text`
+    Compiling: `compile()`, `recompile()`, `module`, `stats`, `schedule`, `tune`
     A mistake raises a `TVMModuleError` that names the function and the cell
     line; a cell or a call that fails leaves the module as it was.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        target: str = "llvm",
-        device: str = "cpu",
-        pipeline: str | None = None,
-        checked: bool = True,
-        rpc: str | None = None,
-        rpc_timeout: float = DEFAULT_TIMEOUT,
-        cross_compiler: str | None = None,
-        namespace: Mapping[str, Any] | None = None,
-        persistent_cache=None,
-    ):
+    def __init__(self, name: str, *, namespace=None, persistent_cache=None, **options):
         self.name = name
-        self.target = target
-        self.device_name = device
-        self.device = _device(device)
-        self.namespace = namespace if namespace is not None else {}
+        self.options: ModuleOptions = module_options(options)
+        self.target, self.device_name = self.options.target, self.options.device
+        self.device = device_of(self.device_name)
+        self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.stats = CompileStats()
+        remote = self.options.rpc or None
         # a remote VM runs on the server, which cannot call back into this process's Python
-        self._assembly = Assembly(name, relax_may_call_python=rpc is None)
-        self._build = Build(
-            target,
-            self.device,
-            self.stats,
-            pipeline=pipeline,
-            persistent=persistent_cache,
-            checked=checked,
-            module_name=name,
-            local=rpc is None,
-        )
-        _check_target_runs_on(self._build.target, target, self.device, device)
-        self.options = ModuleOptions(
-            target, device, pipeline or AUTO_PIPELINE, checked, rpc, cross_compiler
-        )
-        self._remote = None
-        if rpc:
-            self._remote = RemoteRunner(
-                rpc,
-                device,
-                timeout=rpc_timeout,
-                cross_compiler=cross_compiler,
-                on_upload=lambda n, size: self.stats.uploads.append((n, size)),
-            )
-        self._calls = CallTable(self, self._resolve, self.stats)
-        self._bridge = PyFuncBridge(self._calls, name)
-        self._compiled_version = -1
+        self._assembly = Assembly(name, relax_may_call_python=remote is None)
+        build = Build(self.options, self.stats, persistent_cache, name)
+        check_target_runs_on(build.target, self.options, self.device)
+        build.on_compile = front_end.compile_hook(self)
+        self._calls = CallTable(self.stats, vars(self), self._reserved)
+        self._compiler = Compiler(build, PyFuncBridge(self._calls, name))
+        parts = (self, self._assembly, self._compiler, self._calls, self.device)
+        if remote:
+            device = RemoteDevice(remote, self.options, self.stats.uploads.append)
+            self._runner = RemoteRunner(*parts, device)
+        else:
+            self._runner = LocalRunner(*parts)
+        self._calls.resolver = self._runner.resolve
         self._torch_origins: dict[str, TorchOrigin] = {}
         self._consts = ConstantTable()
-        self._vm_state: tuple[int, Any, dict[str, CompileError]] | None = (
-            None  # (version, vm, failures)
-        )
-        self._closed = False
-        me = weakref.ref(self)
-        self._build.on_compile = lambda kind, names: front_end.current().compiling(
-            me(), kind, names
-        )
         # names `NAME.<name>` gives the module's own, not a function's
         self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
 
-    # -- contributions -------------------------------------------------------------
-    def run_cell(
-        self,
-        text: str,
-        *,
-        key: object = None,
-        origin: str | None = None,
-        reset: bool = False,
-        header: str | None = None,
-        eager: bool = False,
-    ) -> UpdateResult:
-        """Apply a cell body: replace what cell `key` contributed before, or change nothing at all.
+    def _reserved(self, name: str) -> bool:
+        return name in self._own_names or name.startswith("_")
 
-        `key` identifies the cell (the front end's cell id); without one, a re-run
-        replaces functions by name. `origin` names the cell in notices. With
-        `eager`, the module is compiled before the change is made, and a compile
-        failure leaves the module as it was.
-        """
+    # -- contributions -------------------------------------------------------------
+    def run_cell(self, text: str, *, key=None, origin=None, reset=False, header=None, eager=False):
+        """Apply a cell body: replace what cell `key` contributed before, or change nothing at
+        all. `key` identifies the cell (a front end's cell id; without one, a re-run replaces by
+        name); `origin` names it in notices; `eager` compiles first, failing the cell if that
+        fails."""
         number = next_run()
         key = key if key is not None else ("run", number)
         filename = f"<tvmmodule {self.name} cell {number}>"
@@ -185,11 +118,8 @@ class LiveModule:
         try:
             fragment = split_cell(text, key)
             reset = reset or bool(fragment.full_class)
-            others = (
-                {}
-                if reset
-                else owners(c for k, c in self._assembly.state.contributions.items() if k != key)
-            )
+            contributions = self._state.contributions
+            others = {} if reset else owners(c for k, c in contributions.items() if k != key)
             contribution = from_cell(
                 fragment,
                 run=number,
@@ -207,45 +137,26 @@ class LiveModule:
 
     def drop_functions(self, key: object) -> list[str]:
         """Forget what contribution `key` brought (as if it had never run); returns what left."""
-        if key not in self._assembly.state.contributions:
+        if key not in self._state.contributions:
             return []
         return self._apply(self._assembly.propose(drop=[key])).removed
 
     def add_python_function(self, name: str, func: Callable) -> None:
-        """Add a pyfunc at run time: callable from Relax through `R.call_py_func` and shown in
-        `script()`.
-        """
-        if not isinstance(name, str) or not name.isidentifier():
-            raise CallError(f"`{name}` is not a valid function name")
-        if not callable(func):
-            raise CallError(
-                f"add_python_function needs a callable, got {type(func).__name__}", function=name
-            )
-        key = ("add_python_function", name)
-        source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
-        entry = pyfunc_entry(source, key, "", func)
-        contribution = Contribution(key, f"add_python_function({name!r})", {name: entry})
-        self._apply(self._assembly.propose(contribution))
+        """Add a pyfunc at run time: callable from Relax through `R.call_py_func`, in `script()`."""
+        self._apply(self._assembly.propose(python_function(name, func)))
 
     def add(self, obj, *, name: str | None = None) -> UpdateResult:
-        """Add what `obj` holds as one contribution: an IRModule (every function, its constants and
-        attributes), a PrimFunc, a Relax Function (`name=` if it has no global symbol), a Python
-        callable (as a pyfunc), or a list of them. Adding the same names again replaces it; a cell
-        that defines one of them later takes it over.
-        """
+        """Add what `obj` holds as one contribution: an IRModule (every function, its constants),
+        a PrimFunc, a Relax Function (`name=` if it has no global symbol), a Python callable (a
+        pyfunc), or a list of them. Adding the same names again replaces it."""
         result = self._add(obj, name, f"{self.name}.add({_what(obj)})")
         for defined in result.defined:  # no longer the function a PyTorch model became
             self._torch_origins.pop(defined, None)
         return result
 
-    def add_torch(
-        self, model, example_args, *, name: str = "main", dynamic_shapes=None
-    ) -> UpdateResult:
-        """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights as constants.
-
-        Through `torch.export` and TVM's `from_exported_program`; the exported
-        graph is kept, so that `compare(name, model, ...)` goes op by op.
-        """
+    def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
+        """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
+        through `torch.export`; `compare(name, model, ...)` then goes op by op."""
         func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
         result = self._add(func, name, f"{self.name}.add_torch({type(model).__name__})")
         self._torch_origins[name] = origin
@@ -260,14 +171,16 @@ class LiveModule:
     def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
         proposal.result.shadowed = [n for n in proposal.result.defined if n in self._own_names]
         if eager:
-            proposal.result.compiled = self._compile_state(proposal.state, use_cache=True)
+            proposal.result.compiled = self._compiler.check(proposal.state)
         self._commit(proposal)
-        if eager:
-            self._compiled_version = self._calls.version
         return proposal.result
 
-    def _commit(self, proposal: Proposal) -> None:
-        """The one rule: the module changed, so every handle re-resolves at its next call."""
+    def _commit(self, proposal: Proposal | None = None) -> None:
+        """The one rule: the module changed (`proposal`), or its compiled code did (no proposal),
+        so every handle re-resolves at its next call."""
+        if proposal is None:
+            self._calls.changed()
+            return
         self._assembly.commit(proposal)
         self._calls.changed(redefined=proposal.fresh, remaining=proposal.state.entries)
 
@@ -291,12 +204,15 @@ class LiveModule:
         """`{name: CallRecord}`: each function's latest call (arguments, result, own run time)."""
         return RecordView(self._calls.records)
 
-    def entry(self, name: str) -> FunctionEntry:
-        """What the module knows of function `name`: source, kind, origin, TVM function."""
-        try:
-            return self._state.entries[name]
-        except KeyError:
-            raise unknown_function(self.name, self._state.entries, name) from None
+    def entry(self, name: str, *, kind: str | None = None, needed_by: str = "") -> FunctionEntry:
+        """What the module knows of function `name` (source, kind, origin, TVM function); with
+        `kind`, a `CallError` if it is of another kind (`needed_by` says what needed it)."""
+        entry = self._state.entries.get(name)
+        if entry is None:
+            raise unknown_function(self.name, self._state.entries, name)
+        if kind is not None and entry.kind != kind:
+            raise wrong_kind(entry, kind, needed_by)
+        return entry
 
     def origin_of(self, name: str) -> str:
         """Where function `name` comes from now, as notices say it ("cell In[3]")."""
@@ -305,14 +221,11 @@ class LiveModule:
     @property
     def is_stale(self) -> bool:
         """True when the module changed since its last compile (the next call compiles that)."""
-        return self._compiled_version != self._calls.version
+        return self._compiler.is_stale(self._state)
 
     def __repr__(self) -> str:
-        kinds = self.functions
-        counts = ", ".join(
-            f"{sum(1 for k in kinds.values() if k == kind)} {kind}"
-            for kind in (PYFUNC, PRIMFUNC, RELAX)
-        )
+        kinds = list(self.functions.values())
+        counts = ", ".join(f"{kinds.count(k)} {k}" for k in (PYFUNC, PRIMFUNC, RELAX))
         state = "stale" if self.is_stale else "compiled"
         return f"<LiveModule {self.name}: {counts}; {state}; target {self.target}>"
 
@@ -322,26 +235,22 @@ class LiveModule:
     def script(self) -> str:
         """TVMScript of the whole module, every pyfunc's source included; it parses back (in a
         `%%tvmmodule` cell: weights are written `NAME.consts.<name>`)."""
-        return module_text(
-            self.name, self.ir_mod, self.consts, self._constant_names(), f"{self.name}.consts."
-        )
+        names, prefix = self._constant_names(), f"{self.name}.consts."
+        return module_text(self.name, self.ir_mod, self.consts, names, prefix)
 
     def show(self) -> None:
         """Display the module's widget: a tab per function (script, latest call), the script."""
         front_end.current().show(self)
 
     def as_torch(self, fn: str) -> str:
-        """Relax function `fn` as PyTorch source text (TVM's op mapping); what it cannot map is
-        flagged.
-        """
+        """Relax function `fn` as PyTorch source text; what it cannot map is flagged."""
         from .torch_source import relax_to_torch_source
 
-        return relax_to_torch_source(fn, self._relax_entry(fn, "as_torch").func)
+        return relax_to_torch_source(fn, self.entry(fn, kind=RELAX, needed_by="as_torch").func)
 
     def list_functions(self) -> dict[str, list[str]]:
         """As upstream `BasePyModule.list_functions()`: `{"tir": [...], "relax": [...], "python":
-        [...]}`.
-        """
+        [...]}`."""
         kinds = {PRIMFUNC: "tir", RELAX: "relax", PYFUNC: "python"}
         listed: dict[str, list[str]] = {"tir": [], "relax": [], "python": []}
         for name, kind in self.functions.items():
@@ -353,82 +262,10 @@ class LiveModule:
         self.entry(name)
         return getattr(self, name)
 
-    # -- looking inside ----------------------------------------------------------------
-    def edit_text(self, fn: str) -> str:
-        """The cell that defines `fn` as it is now: `%%tvmmodule NAME` and its TVMScript (a
-        pyfunc's source), weights named `NAME.consts.<name>`. Running it makes the cell the owner.
-        """
-        entry = self.entry(fn)
-        if entry.kind == PYFUNC:
-            text = entry.source.source
-        else:
-            text = function_text(self.name, self.ir_mod, fn, self.consts, self._constant_names())
-        return f"%%tvmmodule {self.name}\n{text}"
-
-    def edit(self, fn: str) -> str | None:
-        """Put `fn`'s cell (`edit_text`) in a new cell below, as `%load` does; run it to make it
-        `fn`'s owner. Outside a notebook the text is returned instead.
-        """
-        text = self.edit_text(fn)
-        return None if front_end.current().next_input(text) else text
-
-    def export(self, path: str, *, example: tuple | None = None) -> str:
-        """Write the module to `path` as a standalone Python file: its TVMScript (pyfuncs and
-        weights included) and a `load()` that compiles it with plain TVM, pyfuncs callable from
-        Relax. `example=("fn", args)` runs `fn` on `args` now, and `python path` checks that it
-        gives the same numbers. Returns `path`."""
-        if example is not None:
-            if not isinstance(example, (tuple, list)) or len(example) != 2:
-                raise CallError('export: example is ("function", (arguments, ...))')
-            fn, args = example
-            if self.entry(fn).kind == PRIMFUNC:
-                raise CallError(
-                    "export: the example must be a Relax function or a pyfunc (a "
-                    "PrimFunc writes its outputs into its arguments)",
-                    function=fn,
-                )
-            args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-            example = (fn, args, self.get_function(fn)(*args))
-        script = module_text(
-            self.name, self.ir_mod, self.consts, self._constant_names(), "consts.", py_module=True
-        )
-        constants = {name: self.consts.numpy(name) for name in self.consts}
-        pyfuncs = [n for n, kind in self.functions.items() if kind == PYFUNC]
-        text = python_file(self.name, script, pyfuncs, constants, example)
-        with open(path, "w") as out:
-            out.write(text)
-        return path
-
-    def export_library(self, path: str) -> LibraryExport:
-        """Export the compiled PrimFuncs and Relax functions as one library at `path`, for
-        `tvm.runtime.load_module`: `relax.VirtualMachine(lib, device)` runs the Relax functions,
-        `lib.get_function(name, query_imports=True)` a PrimFunc. Relax functions that call
-        pyfuncs are left out (a library cannot carry Python); the result says which."""
-        state = self._state
-        left_out = {}
-        relax_names = []
-        for name, entry in state.entries.items():
-            if entry.kind != RELAX:
-                continue
-            closure = [state.entries[n] for n in relax_closure([name], state.ir_mod)]
-            calls_python = [
-                e
-                for e in closure
-                if e.kind == PYFUNC or (e.kind == RELAX and py_func_calls(e.func))
-            ]
-            if calls_python:
-                left_out[name] = "calls Python (a pyfunc), which a library cannot carry"
-            else:
-                relax_names.append(name)
-        kernels = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
-        mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
-        linked = self._build.export_library(mod, kernels, path)
-        return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
-
     @property
     def consts(self) -> ConstantTable:
-        """The module's tensor constants (weights) by name: `NAME.consts.fc1_weight` is the
-        constant itself, as edit and script text write it; `NAME.consts.numpy(name)` its value."""
+        """The module's weights by name: `NAME.consts.fc1_weight` is the constant itself, as
+        edit and script text write it; `NAME.consts.numpy(name)` its value."""
         name_constants(self.ir_mod, self._consts, self._constant_names())
         return self._consts
 
@@ -436,555 +273,135 @@ class LiveModule:
         """Weights' names as the importer knew them (`fc1_weight`), for edit and export text."""
         return {c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()}
 
-    def trace(self, fn: str, *args) -> Trace:
-        """Run Relax function `fn` once and return every intermediate by binding name (in order),
-        each a `torch.Tensor`; shown as a table of binding, op, shape, dtype, min/max/mean."""
-        entry = self._relax_entry(fn, "trace")
-        copy, taps = tapped(entry.func)
-        state = self._state
-        names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
-        mod = sub_module(state.ir_mod, names)
-        mod = tvm.IRModule(
-            {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
-            attrs=mod.attrs,
-        )
-        linked = self._build.link(
-            self._bridge.vm_module(mod)
-        )  # kept: tracing again compiles nothing
-        if self._remote is not None:
-            output, values = self._remote.call_relax(fn, linked, args, returns_tuple=True)
-        else:
-            vm = linked.vm(self.device)
-            output, values = self._calls.run_compiled(entry, vm[fn], args, device=self.device)
-        return Trace(fn, traced_values(taps, values), output)
+    # -- looking inside, leaving the notebook (each in its own module) ---------------------
+    def edit_text(self, fn: str) -> str:
+        """The cell that defines `fn` now: `%%tvmmodule NAME` and its TVMScript (a pyfunc's
+        source), weights as `NAME.consts.<name>`. Running it makes the cell `fn`'s owner."""
+        return editing.edit_text(self, fn)
 
-    def compare(
-        self, fn: str, reference, *args, rtol: float = 1e-5, atol: float = 1e-6
-    ) -> Comparison:
-        """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's largest
-        absolute and relative error, pass/fail; op by op when `fn` came from `add_torch(reference)`,
-        naming the first binding that diverges and the PyTorch op behind it."""
-        origin = self._torch_origins.get(fn)
-        with torch.no_grad():
-            expected = reference(*args)
-        if origin is None or origin.model is not reference or self.entry(fn).kind != RELAX:
-            actual = self.get_function(fn)(*args)
-            why = (
-                ""
-                if origin is None
-                else f"op by op needs the model `{fn}` was imported from with add_torch"
-            )
-            return Comparison(
-                self.name,
-                fn,
-                rtol,
-                atol,
-                output_differences(actual, expected, rtol, atol),
-                why_not_op_by_op=why,
-            )
-        trace = self.trace(fn, *args)
-        return Comparison(
-            self.name,
-            fn,
-            rtol,
-            atol,
-            output_differences(trace.output, expected, rtol, atol),
-            op_checks(trace, origin, args, rtol, atol),
-        )
+    def edit(self, fn: str) -> str | None:
+        """Put `fn`'s cell (`edit_text`) in a new cell below, as `%load` does (outside a notebook,
+        return the text)."""
+        text = self.edit_text(fn)
+        return None if front_end.current().next_input(text) else text
+
+    def export(self, path: str, *, example: tuple | None = None) -> str:
+        """Write the module to `path` as a standalone Python file that runs with plain TVM;
+        `example=("fn", args)` runs now, and `python path` checks it gives the same numbers."""
+        return exporting.export(self, path, example)
+
+    def export_library(self, path: str) -> exporting.LibraryExport:
+        """Export the compiled PrimFuncs and Relax VM as one library at `path`, for
+        `tvm.runtime.load_module` (Relax functions that call pyfuncs are left out)."""
+        return exporting.export_library(self, path)
+
+    def trace(self, fn: str, *args) -> tracing.Trace:
+        """Run Relax function `fn` once and return every intermediate by binding name, in order,
+        as `torch.Tensor`s; shown as a table of binding, op, shape, dtype, min/max/mean."""
+        return tracing.trace(self, fn, args)
+
+    def compare(self, fn: str, reference, *args, rtol=1e-5, atol=1e-6) -> comparing.Comparison:
+        """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's
+        error, pass/fail; op by op when `fn` came from `add_torch(reference)`."""
+        return comparing.compare(self, fn, reference, args, rtol, atol)
 
     def lowered(self, fn: str) -> str:
-        """`fn` as TVM lowered it: a Relax function after the module's pipeline (with the kernels
-        it calls), a PrimFunc after TIR lowering. Computed now, never on a call's path."""
-        entry = self.entry(fn)
-        if entry.kind == PRIMFUNC:
-            return lowered_prim_func(self._build, fn, entry.func)
-        return lowered_relax(self._linked_for(fn, "lowered"), fn)
+        """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc
+        after TIR lowering."""
+        return lowering.lowered(self, fn)
 
     def kernels(self, fn: str) -> list[str]:
         """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline."""
-        return kernels_of(self._linked_for(fn, "kernels"), fn)
+        return lowering.kernels(self, fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:
-        """The code TVM generated for `fn`: LLVM IR (`fmt="ll"`, the default) or assembly
-        (`"asm"`) on a CPU target, CUDA source on a CUDA target; for a Relax function, that of
-        every kernel it runs."""
-        entry = self.entry(fn)
-        build, target = self._build, self._build.target
-        # built again here: a library the compile cache loaded from disk holds no source
-        if entry.kind == PRIMFUNC:
-            return generated_source(build.build_kernel_module(fn, entry.func), fn, target, fmt)
-        linked = self._linked_for(fn, "source")
-        comment = ";" if target.kind.name == "llvm" and fmt in (None, "ll", "llvm") else "//"
-        return "\n".join(
-            f"{comment} kernel {k}\n"
-            + generated_source(build.build_kernel_module(k, linked.lowered[k]), k, target, fmt)
-            for k in kernels_of(linked, fn)
-        )
+        """The code TVM generated for `fn`: LLVM IR (`"ll"`) or assembly (`"asm"`) on a CPU,
+        CUDA source on CUDA; for a Relax function, that of every kernel it runs."""
+        return lowering.source(self, fn, fmt)
 
-    def time(self, fn: str, *args, number: int = 10, repeat: int = 5, against=None) -> Timing:
-        """Time `fn` on `args`: TVM's `time_evaluator` on the module's device for compiled
-        functions (a wall-clock loop for pyfuncs), `repeat` measurements of `number` calls each.
-        `against=callable` times a reference (e.g. `torch.matmul`) on the same inputs, and
-        the result shows the ratio; mean, median and std are in seconds."""
-        if number < 1 or repeat < 1:
-            raise CallError("time: number and repeat must be at least 1", function=fn)
-        entry = self.entry(fn)
-        self.get_function(fn)(*args)  # compiles if needed, and checks the arguments
-        if entry.kind == PYFUNC:
-            mine = Measurement(
-                fn, wall_clock_samples(self.get_function(fn), args, number, repeat), "wall clock"
-            )
-        else:
-            samples = self._time_compiled(entry, args, number, repeat)
-            where = (
-                f"remote {self.device_name} ({self._remote.address})"
-                if self._remote
-                else (self.device_name)
-            )
-            mine = Measurement(fn, samples, f"time_evaluator on {where}")
-        reference = None
-        if against is not None:
-            try:
-                against(*args)
-            except Exception as err:
-                raise CallError(
-                    f"the reference `{name_of(against)}` refused these arguments: "
-                    f"{type(err).__name__}: {last_reason(err)}",
-                    function=fn,
-                ) from err
-            reference = Measurement(
-                name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
-            )
-        return Timing(mine, reference, self._guard_note(entry))
+    def time(self, fn: str, *args, number=10, repeat=5, against=None) -> timing.Timing:
+        """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
+        clock); `against=callable` times a reference on the same inputs and shows the ratio."""
+        return timing.time_function(self, fn, args, number, repeat, against)
 
-    def _time_compiled(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
-        fn, remote = entry.name, self._remote
-        if entry.kind == PRIMFUNC:
-            lib = self._kernel(entry)
-            module = remote.module(fn, lib) if remote else lib
-        else:
-            linked = self._linked_for(fn, "time")
-            module = remote.vm(linked) if remote else linked.vm(self.device)
-        if remote is not None:
-            return remote.time(module, fn, args, number, repeat)
-        evaluator = module.time_evaluator(fn, self.device, number=number, repeat=repeat)
-        try:
-            return evaluator_samples(evaluator, to_tvm_tensor(list(args)))
-        except Exception as err:
-            raise refused(fn, None, args, err, self.device) from err
-
-    def _guard_note(self, entry: FunctionEntry) -> str:
-        if entry.kind == PRIMFUNC and self.options.checked and has_guards(entry.func, entry.name):
-            return (
-                f"`{entry.name}` carries bounds or division checks (the crash guards); "
-                "a module made with --unchecked times it without them"
-            )
-        return ""
-
-    # -- making kernels fast ---------------------------------------------------------
     def schedule(self, kernel: str, how) -> UpdateResult:
-        """Schedule PrimFunc `kernel`: `how="dlight"` applies TVM's DLight default schedules for
-        the target; `how=function` calls `function(sch)` with a `tvm.s_tir.Schedule` of the kernel
-        (its function is `main`: `sch.get_sblock("C")`) to apply primitives. The result replaces
-        the kernel until the kernel's own cell runs again."""
-        entry = self._prim_entry(kernel, "schedule")
-        if isinstance(how, str) and how == "dlight":
-            func, what = dlight(entry.func, kernel, self._build.target), '"dlight"'
-        elif callable(how):
-            func, what = by_hand(entry.func, kernel, how), getattr(how, "__name__", "a function")
-        else:
-            raise CallError(
-                'schedule: how must be "dlight" or a function of a tvm.s_tir.Schedule',
-                function=kernel,
-            )
-        return self._replace_kernel(entry, func, f"{self.name}.schedule({kernel!r}, {what})")
+        """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or
+        a function of a `tvm.s_tir.Schedule`; the result replaces it until its cell runs again."""
+        return self._apply(self._assembly.propose(scheduling.schedule(self, kernel, how)))
 
-    def tune(self, kernel: str, trials: int = 32) -> TuningReport:
-        """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates measured here, progress
-        shown), then use the best schedule found, as `schedule` does. Its database is kept (in
-        the compile cache's directory), so tuning again reuses the trials already measured."""
-        if not isinstance(trials, int) or trials < 1:
-            raise CallError("tune: trials must be a positive number", function=kernel)
-        original = self._original_kernel(self._prim_entry(kernel, "tune"))
-        persistent = self._build.persistent
-        work_dir = work_dir_for(
-            str(persistent.directory) if persistent else None,
-            kernel,
-            original.func,
-            self._build.target,
-        )
-        func, report = tune(
-            original.func,
-            kernel,
-            self._build.target,
-            trials,
-            work_dir,
-            lambda todo: front_end.current().progress(self, f"tuning {kernel}", todo),
-        )
-        self._replace_kernel(original, func, f"{self.name}.tune({kernel!r}, trials={trials})")
+    def tune(self, kernel: str, trials: int = 32) -> scheduling.TuningReport:
+        """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates, progress shown), then use
+        the best schedule found, as `schedule` does; its database is kept for next time."""
+        contribution, report = scheduling.tune(self, kernel, trials)
+        self._apply(self._assembly.propose(contribution))
         return report
-
-    def _prim_entry(self, kernel: str, what: str) -> FunctionEntry:
-        return self._entry_of_kind(kernel, PRIMFUNC, what)
-
-    def _original_kernel(self, entry: FunctionEntry) -> FunctionEntry:
-        """The kernel as its cell (or `add`) made it, before any schedule."""
-        contribution = self._state.contributions[entry.contribution]
-        base = self._state.contributions.get(contribution.derived_from)
-        return base.functions[entry.name] if base is not None else entry
-
-    def _replace_kernel(self, entry: FunctionEntry, func, origin: str) -> UpdateResult:
-        """`func` as kernel `entry.name`: a contribution of its own, derived from the original's."""
-        name = entry.name
-        base = self._original_kernel(entry).contribution
-        key = ("schedule", name)
-        func = func.with_attr("global_symbol", name)
-        source = FunctionSource(name, PRIMFUNC, "", 0)
-        scheduled = FunctionEntry(
-            source, key, "", typed_global_var(name, func), func, run=next_run()
-        )
-        contribution = Contribution(
-            key, origin, {name: scheduled}, derived_from=base, reports_rerun=True
-        )
-        return self._apply(self._assembly.propose(contribution))
-
-    def _linked_for(self, fn: str, what: str):
-        self._relax_entry(fn, what)
-        linked, failures = self._linked_of(self._state)
-        if fn in failures:
-            raise failures[fn]
-        return linked
-
-    def _relax_entry(self, fn: str, what: str) -> FunctionEntry:
-        return self._entry_of_kind(fn, RELAX, what)
-
-    def _entry_of_kind(self, fn: str, kind: str, what: str) -> FunctionEntry:
-        entry = self.entry(fn)
-        if entry.kind != kind:
-            wanted = {PRIMFUNC: "a PrimFunc", RELAX: "a Relax function"}[kind]
-            raise CallError(f"{what} needs {wanted}, but `{fn}` is a {entry.kind}", function=fn)
-        return entry
 
     # -- compiling -----------------------------------------------------------------
     def compile(self) -> list[CompileRecord]:
         """Compile what changed since the last compile (what a call would do lazily)."""
-        return self._compile_state(self._state, use_cache=True, commit=True)
+        return self._compiler.compile(self._state)
 
     def recompile(self) -> list[CompileRecord]:
         """Compile everything again, bypassing every cache."""
-        self._build.clear()
-        self._vm_state = None
-        self._calls.changed()
-        return self._compile_state(self._state, use_cache=False, commit=True)
-
-    def _compile_state(self, state: ModuleState, *, use_cache: bool, commit: bool = False):
-        """Build every PrimFunc and the VM of `state`; the first failure raises after all were
-        tried.
-        """
-        mark = len(self.stats.compiles)
-        kernels = self._kernels_of(state, None, use_cache)
-        errors = [
-            _placed(lib, state.entries[name])
-            for name, lib in kernels.items()
-            if isinstance(lib, CompileError)
-        ]
-        if any(e.kind == RELAX for e in state.entries.values()):
-            _, failures = self._linked_of(state, use_cache=use_cache)
-            errors += failures.values()
-        if commit:
-            self._compiled_version = self._calls.version
-        if errors:
-            raise errors[0]
-        return self.stats.since(mark)
+        self._commit()  # handles let go of the code compiled before
+        return self._compiler.recompile(self._state)
 
     @property
     def module(self) -> CompiledPyModule:
         """The current compiled module as TVM's own `BasePyModule`, compiling first if stale."""
-        self.compile()
-        state = self._state
-        tir = {n: self._kernel(e)[n] for n, e in state.entries.items() if e.kind == PRIMFUNC}
-        linked = self._linked_of(state)[0]
-        vm = linked.vm(self.device) if linked is not None else None
-        pyfuncs = {n: e.pyfunc for n, e in state.entries.items() if e.kind == PYFUNC}
-        return CompiledPyModule(state.ir_mod, self.device, self._build.target, tir, vm, pyfuncs)
-
-    def _kernel(self, entry: FunctionEntry, use_cache: bool = True):
-        """The library of PrimFunc `entry`. The module's other PrimFuncs that no cache has are
-        built with it, in one build: they are likely called next (a notebook run top to bottom
-        then builds its kernels once, not once each)."""
-        lib = self._kernels_of(self._state, {entry.name}, use_cache)[entry.name]
-        if isinstance(lib, CompileError):
-            raise _placed(lib, entry)
-        return lib
-
-    def _kernels_of(self, state: ModuleState, wanted: set[str] | None, use_cache: bool) -> dict:
-        funcs = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
-        return self._build.kernels(funcs, wanted=wanted, use_cache=use_cache)
-
-    def _linked_of(self, state: ModuleState, use_cache: bool = True):
-        """The linked Relax functions of `state`, and those that failed to compile (kept per
-        version).
-        """
-        if state is self._state and self._vm_state and self._vm_state[0] == self._calls.version:
-            return self._vm_state[1], self._vm_state[2]
-        relax_names = [n for n, e in state.entries.items() if e.kind == RELAX]
-        try:
-            linked = self._build.link(self._vm_module(state, relax_names), use_cache=use_cache)
-            failures = {}
-        except CompileError:
-            linked, failures = self._vm_isolating(state, relax_names, use_cache)
-        if state is self._state:
-            self._vm_state = (self._calls.version, linked, failures)
-        return linked, failures
-
-    def _vm_isolating(self, state: ModuleState, relax_names: list[str], use_cache: bool):
-        """One Relax function failed to compile: find which, and build the VM from the others."""
-        failures: dict[str, CompileError] = {}
-        entries = state.entries
-        for name in relax_names:
-            try:
-                self._build.link(self._vm_module(state, [name]), use_cache=use_cache)
-            except (
-                CompileError
-            ) as err:  # `name` itself, or a PrimFunc it calls (then that one is to blame)
-                culprit = err.function if err.function in entries else name
-                detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
-                failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
-        good = [n for n in relax_names if n not in failures]
-        good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
-        for name in set(relax_names) - set(good) - set(failures):
-            culprit = sorted(relax_closure([name], state.ir_mod) & set(failures))[0]
-            failures[name] = CompileError(
-                f"calls `{culprit}`, which does not compile: {failures[culprit].detail}",
-                function=name,
-            )
-        linked = (
-            self._build.link(self._vm_module(state, good), use_cache=use_cache) if good else None
-        )
-        return linked, failures
-
-    def _vm_module(self, state: ModuleState, relax_names) -> tvm.IRModule:
-        """What a VM is built of: Relax functions, the PrimFuncs they call, pyfunc calls bridged."""
-        names = relax_closure(relax_names, state.ir_mod)
-        kept = [n for n in names if state.entries[n].kind != PYFUNC]
-        return self._bridge.vm_module(sub_module(state.ir_mod, kept))
+        return self._compiler.module(self._state, self.device)
 
     # -- calling -------------------------------------------------------------------
     def __getattr__(self, name: str):
-        """`NAME.fn`: a callable for function `fn`, compiled at its first call; `CallError` if there
-        is none.
-        """
+        """`NAME.fn`: a callable for function `fn`, compiled at its first call."""
         if name.startswith("_"):
             raise AttributeError(name)
-        return _LazyCallable(self, self.entry(name))
-
-    def _resolve(self, name: str) -> Callable:
-        """Compile what `name` needs and make its fast callable (the call table keeps it until a
-        change).
-        """
-        if self._closed:
-            raise CallError(
-                f"module `{self.name}` was dropped; run its cells again to rebuild it",
-                function=name,
-            )
-        entry = self.entry(name)
-        if entry.kind == PYFUNC:
-            return self._calls.pyfunc_callable(entry, self)
-        if self._remote is not None:
-            return self._remote_callable(entry)
-        mark = len(self.stats.compiles)
-        if entry.kind == PRIMFUNC:
-            function, writes_args = self._kernel(entry)[name], True
-        else:
-            linked, failures = self._linked_of(self._state)
-            self._compiled_version = self._calls.version
-            if name in failures:
-                raise failures[name]
-            try:
-                function, writes_args = linked.vm(self.device)[name], False
-            except CallError as err:
-                raise CallError(err.detail, function=name) from err.__cause__
-        compiled = tuple(self.stats.since(mark))
-        return self._calls.compiled_callable(
-            entry, function, compiled, device=self.device, writes_args=writes_args
-        )
-
-    def _remote_callable(self, entry: FunctionEntry) -> Callable:
-        """`entry` compiled here, uploaded and run on the remote device (at its first call)."""
-        mark, name, remote = len(self.stats.compiles), entry.name, self._remote
-        if entry.kind == PRIMFUNC:
-            lib = self._kernel(entry)
-            remote.kernel(name, lib)
-
-            def invoke(args):
-                return remote.call_kernel(name, lib, args)
-        else:
-            linked = self._linked_for(name, "a call")
-            remote.vm(linked)
-            self._compiled_version = self._calls.version
-            returns_tuple = isinstance(entry.func.ret_ty, relax.TupleType)
-
-            def invoke(args):
-                return remote.call_relax(name, linked, args, returns_tuple)
-
-        return self._calls.remote_callable(entry, invoke, tuple(self.stats.since(mark)))
+        return LazyCallable(self._calls, self.name, self.entry(name))
 
     def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
-        """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function).
-
-        `out_sinfo=` is accepted as the spelling of TVM before 0.27.
-        """
-        name = _function_name(tir_func)
-        entry = self._prim_entry(name, "call_tir")
-        out_ty = _out_ty(out_ty, out_sinfo, "call_tir", name)
-        args = list(args) if isinstance(args, (list, tuple)) else [args]
-        outputs = allocate_outputs(entry.func, name, args, out_ty)
-        self._calls.handle(name)(*args, *outputs)
-        return outputs[0] if len(outputs) == 1 else outputs
+        """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function);
+        `out_sinfo=` is TVM's spelling before 0.27."""
+        return call_tir(self, tir_func, args, out_ty, out_sinfo)
 
     def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
-        """Call global packed function `name` destination-passing style, as upstream does: the
-        outputs `out_ty` describes are allocated, passed after `args`, and returned."""
-        out_ty = _out_ty(out_ty, out_sinfo, "call_dps_packed", name)
-        func = tvm_ffi.get_global_func(name, allow_missing=True)
-        if func is None:
-            raise CallError(
-                "no global packed function has this name; register it first (e.g. "
-                "with tvm.register_global_func)",
-                function=name,
-            )
-        args = list(args) if isinstance(args, (list, tuple)) else [args]
-        outputs = allocate_outputs(None, name, args, out_ty)
-        try:
-            func(*to_tvm_args(args), *outputs)
-        except Exception as err:
-            raise refused(name, None, args, err, self.device) from err
-        return outputs[0] if len(outputs) == 1 else outputs
+        """Call global packed function `name` destination-passing style, as upstream does."""
+        return call_dps_packed(name, args, out_ty, out_sinfo, self.device)
 
     def call_py_func(self, name: str, args):
         """Call pyfunc `name` with `args` (a list or tuple), `self` being this live module."""
-        entry = self.entry(name)
-        if entry.kind != PYFUNC:
-            raise CallError(
-                f"call_py_func needs a pyfunc, but `{name}` is a {entry.kind}", function=name
-            )
+        self.entry(name, kind=PYFUNC, needed_by="call_py_func")
         return self._calls.handle(name)(*(args if isinstance(args, (list, tuple)) else [args]))
 
     @staticmethod
     def _convert_pytorch_to_tvm(tensors):
-        """As upstream `BasePyModule`: torch tensors (one, or a list) as TVM tensors, through
-        DLPack.
-        """
+        """As upstream `BasePyModule`: torch tensors (one, or a list) as TVM tensors."""
         return to_tvm_tensor(tensors)
 
     @staticmethod
     def _convert_tvm_to_pytorch(tensors):
-        """As upstream `BasePyModule`: TVM tensors (one, or a list) as torch tensors, through
-        DLPack.
-        """
+        """As upstream `BasePyModule`: TVM tensors (one, or a list) as torch tensors."""
         converted = to_torch(tensors)
         return list(converted) if isinstance(tensors, list) else converted
 
     # -- lifetime ------------------------------------------------------------------
     @property
     def kept(self) -> dict[str, int]:
-        """What this module holds on to: compiled kernel versions, Relax VMs, `R.call_py_func`
-        names.
-        """
-        return {**self._build.kept(), "registered_pyfunc_sites": len(self._bridge.names)}
+        """What this module holds on to: kernel versions, Relax VMs, `R.call_py_func` names."""
+        names = len(self._compiler.bridge.names)
+        return {**self._compiler.build.kept(), "registered_pyfunc_sites": names}
 
     def close(self) -> None:
-        """Release compiled code, this module's `R.call_py_func` registry entries, and its share
-        of a remote session."""
-        self._bridge.close()
-        if self._remote is not None:
-            self._remote.close()
-            self._remote = None
-        self._vm_state = None
-        self._build.clear()
-        self._closed = True
-        self._calls.changed()  # callables handed out earlier see the change and ask again
+        """Release compiled code, this module's `R.call_py_func` names and its remote session."""
+        self._compiler.bridge.close()
+        self._runner.close()
+        self._compiler.clear()
+        self._commit()  # callables handed out earlier see the change and ask again
 
     def __del__(self):
         # at interpreter shutdown this may fail: the registry is cleared at exit anyway
         with contextlib.suppress(Exception):
-            self._bridge.close()
-
-
-def _placed(err: CompileError, entry: FunctionEntry) -> CompileError:
-    """`err` (a kernel that does not compile) naming the function and its line in its cell."""
-    return CompileError(err.detail, function=entry.name, line=entry.line)
-
-
-class _LazyCallable:
-    """`NAME.fn` before `fn` is compiled: compiles on the first call, then hands over to the fast
-    path.
-    """
-
-    def __init__(self, live: LiveModule, entry: FunctionEntry):
-        self._live, self.__name__ = live, entry.name
-        self.__signature__ = signature_of(entry)
-        self.__doc__ = _doc_of(entry)
-
-    def __call__(self, *args, **kwargs):
-        return self._live._calls.handle(self.__name__)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        entry = self._live.entry(self.__name__)
-        return f"<{entry.kind} {self._live.name}.{self.__name__}>"
+            self._compiler.bridge.close()
 
 
 def _what(obj) -> str:
-    if isinstance(obj, (list, tuple)):
-        return f"{len(obj)} functions"
-    return type(obj).__name__
-
-
-def _doc_of(entry: FunctionEntry) -> str | None:
-    return inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
-
-
-def _out_ty(out_ty, out_sinfo, what: str, name: str):
-    if out_ty is not None and out_sinfo is not None:
-        raise CallError(
-            f"{what}: give out_ty or out_sinfo (its older name), not both", function=name
-        )
-    if out_ty is None and out_sinfo is None:
-        raise CallError(
-            f"{what}: out_ty is missing (the outputs' R.Tensor(shape, dtype))", function=name
-        )
-    return out_ty if out_ty is not None else out_sinfo
-
-
-def _function_name(func) -> str:
-    if isinstance(func, str):
-        return func
-    for attr in ("name_hint", "__name__", "name"):
-        value = getattr(func, attr, None)
-        if isinstance(value, str):
-            return value
-    raise CallError(f"expected a function name or a function, got {type(func).__name__}")
-
-
-def _device(device: str):
-    """`cpu`, `cpu:0`, `cuda:1`... as a TVM device, or a `TVMModuleError` saying what is wrong."""
-    kind, _, index = device.partition(":")
-    if not (index or "0").isdigit() or int(index or 0) >= 2**31:
-        raise TVMModuleError(
-            f"device `{device}`: the index after `:` must be a small non-negative number"
-        )
-    try:
-        return tvm.runtime.device(kind, int(index or 0))
-    except ValueError as err:
-        raise TVMModuleError(f"device `{device}`: {err} (e.g. cpu, cpu:0, cuda:0)") from None
-
-
-def _check_target_runs_on(
-    target: tvm.target.Target, target_name: str, device, device_name: str
-) -> None:
-    runs_on = tvm.runtime.device(target.get_target_device_type(), 0)
-    if runs_on.dlpack_device_type() != device.dlpack_device_type():
-        raise TVMModuleError(
-            f"target `{target_name}` runs on {runs_on.type} devices, not on `{device_name}`; "
-            f"choose a {runs_on.type} device"
-        )
+    return f"{len(obj)} functions" if isinstance(obj, (list, tuple)) else type(obj).__name__

@@ -11,10 +11,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import tvm
 from tvm import relax
 
 from ..errors import CallError
+from .cells import PRIMFUNC, RELAX
+
+if TYPE_CHECKING:
+    from .live_module import LiveModule
 
 CPU_FORMATS = {"ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm"}
 
@@ -60,3 +66,39 @@ def generated_source(lib, name: str, target: tvm.target.Target, fmt: str | None)
     if not devices:
         raise CallError(f"the library of `{name}` holds no {target.kind.name} code", function=name)
     return "\n".join(m.inspect_source() for m in devices)
+
+
+def lowered(live: LiveModule, fn: str) -> str:
+    """`fn` of `live` as TVM lowered it: a Relax function after the module's pipeline (with the
+    kernels it calls), a PrimFunc after TIR lowering."""
+    entry = live.entry(fn)
+    if entry.kind == PRIMFUNC:
+        return lowered_prim_func(live._compiler.build, fn, entry.func)
+    return lowered_relax(_linked(live, fn, "lowered"), fn)
+
+
+def kernels(live: LiveModule, fn: str) -> list[str]:
+    """The kernels (PrimFuncs) Relax function `fn` of `live` runs after the module's pipeline."""
+    return kernels_of(_linked(live, fn, "kernels"), fn)
+
+
+def source(live: LiveModule, fn: str, fmt: str | None) -> str:
+    """The code TVM generated for `fn` of `live`; for a Relax function, every kernel's."""
+    entry = live.entry(fn)
+    build = live._compiler.build
+    target = build.target
+    # built again here: a library the compile cache loaded from disk holds no source
+    if entry.kind == PRIMFUNC:
+        return generated_source(build.build_kernel_module(fn, entry.func), fn, target, fmt)
+    linked = _linked(live, fn, "source")
+    comment = ";" if target.kind.name == "llvm" and fmt in (None, "ll", "llvm") else "//"
+    return "\n".join(
+        f"{comment} kernel {k}\n"
+        + generated_source(build.build_kernel_module(k, linked.lowered[k]), k, target, fmt)
+        for k in kernels_of(linked, fn)
+    )
+
+
+def _linked(live: LiveModule, fn: str, needed_by: str):
+    live.entry(fn, kind=RELAX, needed_by=needed_by)
+    return live._compiler.linked_for(live._assembly.state, fn)

@@ -276,33 +276,31 @@ def to_remote(value, device):
     return value
 
 
-class RemoteRunner:
-    """A live module's compiled code on one remote device: uploads, loads and calls, each bounded.
+class RemoteDevice:
+    """One remote device of a live module: its compiled code uploaded, loaded and called, each
+    step bounded.
 
     Remote functions are looked up afresh (from a per-session cache) at every call, so a call
     after the server restarted finds the new session and uploads what it needs again.
     """
 
-    def __init__(
-        self,
-        address: str,
-        device: str,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        cross_compiler: str | None = None,
-        on_upload: Callable[[str, int], None],
-    ):
+    def __init__(self, address: str, options, on_upload: Callable[[tuple[str, int]], None]):
+        device, timeout = options.device, options.rpc_timeout
         self.address = Address.parse(address)
+        self.device_name = device
         kind, _, index = device.partition(":")
         self.device_kind, self.device_index = kind, int(index or 0)
-        self.cross_compiler = cross_compiler
+        self.cross_compiler = options.cross_compiler or None
         self.session = session_for(self.address, timeout)
         self._on_upload = on_upload
         self._loaded: dict[tuple, tuple[int, Any]] = {}  # key -> (session generation, remote thing)
 
     def close(self) -> None:
+        """Let go of the session: the last module to let go ends it, freeing the server (which
+        serves one session at a time), even while this object lives on in a traceback."""
         self._loaded.clear()
         release(self.address)
+        self.session = None
 
     # -- loading -------------------------------------------------------------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -323,7 +321,7 @@ class RemoteRunner:
     def _module(self, name: str, lib) -> Any:
         module, sent = self.session.load(lib, name, self._export)
         if sent:
-            self._on_upload(name, sent)
+            self._on_upload((name, sent))
         return module
 
     def _export(self, lib, path: str) -> None:

@@ -12,10 +12,17 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from .tracing import text_table
+from ..errors import CallError, last_reason
+from .cells import PRIMFUNC, PYFUNC
+from .crash_guards import has_guards
+from .tables import text_table
+
+if TYPE_CHECKING:
+    from .live_module import LiveModule
 
 
 @dataclass(frozen=True)
@@ -129,3 +136,38 @@ def duration(seconds: float, digits: int = 3) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.{digits}f} ms"
     return f"{seconds:.{digits}f} s"
+
+
+def time_function(
+    live: LiveModule, fn: str, args: tuple, number: int, repeat: int, against
+) -> Timing:
+    """Time `fn` of `live` on `args` on its device, and `against` (if given) on the same inputs."""
+    if number < 1 or repeat < 1:
+        raise CallError("time: number and repeat must be at least 1", function=fn)
+    entry = live.entry(fn)
+    live.get_function(fn)(*args)  # compiles if needed, and checks the arguments
+    if entry.kind == PYFUNC:
+        samples = wall_clock_samples(live.get_function(fn), args, number, repeat)
+        mine = Measurement(fn, samples, "wall clock")
+    else:
+        samples = live._runner.time(entry, args, number, repeat)
+        mine = Measurement(fn, samples, f"time_evaluator on {live._runner.where}")
+    reference = None
+    if against is not None:
+        try:
+            against(*args)
+        except Exception as err:
+            raise CallError(
+                f"the reference `{name_of(against)}` refused these arguments: "
+                f"{type(err).__name__}: {last_reason(err)}",
+                function=fn,
+            ) from err
+        samples = wall_clock_samples(against, args, number, repeat)
+        reference = Measurement(name_of(against), samples, "wall clock")
+    note = ""
+    if entry.kind == PRIMFUNC and live.options.checked and has_guards(entry.func, fn):
+        note = (
+            f"`{fn}` carries bounds or division checks (the crash guards); "
+            "a module made with --unchecked times it without them"
+        )
+    return Timing(mine, reference, note)

@@ -12,12 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import tvm
 from tvm import relax
 
+from .cells import PYFUNC, RELAX
+from .relax_rewrite import relax_closure, sub_module
+from .tables import text_table
 from .tensors import to_torch
+
+if TYPE_CHECKING:
+    from .live_module import LiveModule
 
 
 @dataclass(frozen=True)
@@ -139,10 +146,18 @@ def _dtype(value: torch.Tensor) -> str:
     return str(value.dtype).removeprefix("torch.")
 
 
-def text_table(header: tuple[str, ...], rows: list[tuple]) -> str:
-    """Rows under a header, each column as wide as its widest cell."""
-    cells = [tuple(map(str, header)), *[tuple(map(str, row)) for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+def trace(live: LiveModule, fn: str, args: tuple) -> Trace:
+    """Run Relax function `fn` of `live` once on `args`, every intermediate kept by binding."""
+    entry = live.entry(fn, kind=RELAX, needed_by="trace")
+    copy, taps = tapped(entry.func)
+    state = live._assembly.state
+    names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
+    mod = sub_module(state.ir_mod, names)
+    mod = tvm.IRModule(
+        {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
+        attrs=mod.attrs,
     )
+    compiler = live._compiler
+    linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
+    output, values = live._runner.run_relax(fn, linked, entry, args)
+    return Trace(fn, traced_values(taps, values), output)

@@ -23,7 +23,8 @@ from tvm import relax
 
 from ..errors import CallError, PyFuncError, UnknownFunctionError
 from . import py_registry
-from .calling import TensorSpec, mismatch, pending_error, spec_from_type
+from .arguments import TensorSpec, mismatch, spec_from_type
+from .call_errors import pending_error
 from .relax_rewrite import rename_dps_packed_calls, rename_py_func_calls
 from .tensors import TORCH_DTYPES, to_torch, to_tvm_arg, to_tvm_tensor
 

@@ -26,7 +26,7 @@ from pygments.lexers import PythonLexer
 
 from .._core.assembly import notices_text
 from .._core.build import CompileRecord
-from .._core.calls import CallRecord
+from .._core.call_table import CallRecord
 from .._core.cells import PRIMFUNC, PYFUNC, RELAX
 from .._core.live_module import LiveModule, UpdateResult
 from .._core.printer import member_sources, module_script

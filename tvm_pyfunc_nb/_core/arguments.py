@@ -1,16 +1,13 @@
-"""Calling into a live module: argument checks, output allocation, pyfunc trampolines.
+"""Arguments of a call: the types a function expects, keywords, output allocation.
 
 The happy path does as little as possible (tvm-ffi takes torch tensors as
-they are); the checks that explain a bad call run only after TVM refused it,
-so they cost nothing when the call is right.
+they are); `mismatch` and the specs serve the checks that explain a bad call
+(call_errors.py), which run only after TVM refused it.
 """
 
 from __future__ import annotations
 
-import inspect
-import re
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +16,10 @@ from tvm import relax, tirx
 from tvm.relax.script.parser.entry import TensorProxy
 from tvm.sym import Analyzer
 
-from ..errors import CallError, PyFuncError, TVMModuleError, shorten
+from ..errors import CallError, shorten
 from .tensors import (
     TORCH_DTYPES,
     describe,
-    device_name,
     dtype_name,
     is_tensor_like,
     to_torch_dtype,
@@ -82,52 +78,6 @@ def _dim(value) -> int | str | None:
     if isinstance(value, tirx.Var):
         return value.name
     return None
-
-
-# What the crash guards' asserts say (see crash_guards.guard_division / guard_bounds)
-RUNTIME_GUARD = re.compile(
-    r"((?:integer division or remainder by zero|index out of bounds) in `[^`]+`)(?: at line (\d+))?"
-)
-
-
-def explain_bad_call(
-    function: str,
-    specs: list[TensorSpec] | None,
-    args: Sequence,
-    err: BaseException,
-    device=None,
-    cell_lines: bool = False,
-) -> CallError:
-    """The clearest message for a call TVM refused: count, device, dtype, shape, else TVM's own
-    reason. `cell_lines`: the function's source lines are cell lines (a run-time check names one).
-    """
-    if specs is not None:
-        if len(args) != len(specs):
-            return CallError(
-                f"takes {len(specs)} argument(s) ({', '.join(s.name for s in specs)}), "
-                f"got {len(args)}",
-                function=function,
-            )
-        bindings: dict[str, int] = {}
-        for spec, arg in zip(specs, args, strict=False):
-            on = device_name(arg)
-            if device is not None and on is not None and on != str(device):
-                return CallError(
-                    f"parameter `{spec.name}` expects {spec} on {device}, "
-                    f"got {describe(arg)} on {on}",
-                    function=function,
-                )
-            problem = mismatch(spec, arg, bindings)
-            if problem:
-                return CallError(
-                    f"parameter `{spec.name}` expects {spec}, {problem}", function=function
-                )
-    reason = shorten(str(err), 4) or type(err).__name__
-    stopped = RUNTIME_GUARD.search(str(err))
-    if stopped:  # the arguments were fine; a kernel's own run-time check failed
-        line = int(stopped.group(2)) if stopped.group(2) and cell_lines else None
-        return CallError(f"stopped while running: {stopped.group(1)}", function=function, line=line)
-    return CallError(f"TVM refused the call: {reason}", function=function)
 
 
 def keywords_to_positions(
@@ -313,62 +263,25 @@ def _vars_of(expr) -> list[tirx.Var]:
     return list(tirx.analysis.undefined_vars(expr))
 
 
-# -- pyfuncs --------------------------------------------------------------------------
-pending_error = threading.local()
-
-
-def pyfunc_error(function: str, line: int | None, err: BaseException) -> TVMModuleError:
-    """`err`, raised by pyfunc `function`, as a `PyFuncError` at the deepest line of the pyfunc's
-    own cell.
-    """
-    if isinstance(err, TVMModuleError):
-        return err
-    tb_line = _deepest_line(err, function)
-    message = f"{type(err).__name__}: {err}"
-    wrapped = PyFuncError(message, function=function, line=tb_line or line)
-    wrapped.__cause__ = err
-    return wrapped
-
-
-def _deepest_line(err: BaseException, function: str) -> int | None:
-    tb, line = err.__traceback__, None
-    while tb is not None:
-        if tb.tb_frame.f_code.co_name == function and tb.tb_frame.f_code.co_filename.startswith(
-            "<tvmmodule"
-        ):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
-
-
-def bad_pyfunc_arguments(
-    function: str,
-    func: Callable,
-    takes_self: bool,
-    args: Sequence,
-    kwargs: dict,
-    err: BaseException,
-) -> CallError | None:
-    """A `CallError` when `err` is Python refusing these arguments for pyfunc `func`, else None."""
-    if not isinstance(err, TypeError):
-        return None
-    try:
-        signature = inspect.signature(func)
-        signature.bind(*((None,) if takes_self else ()), *args, **kwargs)
-    except TypeError as refused:
-        params = list(signature.parameters)[1 if takes_self else 0 :]
-        return CallError(
-            f"takes ({', '.join(params)}), got {len(args)} argument(s)"
-            f"{f' and keywords {sorted(kwargs)}' if kwargs else ''}: {refused}",
-            function=function,
+def out_ty_of(out_ty, out_sinfo, what: str, name: str):
+    """`out_ty`, or `out_sinfo` (TVM's name for it before 0.27): one of them, not both."""
+    if out_ty is not None and out_sinfo is not None:
+        raise CallError(
+            f"{what}: give out_ty or out_sinfo (its older name), not both", function=name
         )
-    except ValueError:  # no signature to compare with
-        return None
-    return None
+    if out_ty is None and out_sinfo is None:
+        raise CallError(
+            f"{what}: out_ty is missing (the outputs' R.Tensor(shape, dtype))", function=name
+        )
+    return out_ty if out_ty is not None else out_sinfo
 
 
-def take_pending_error() -> BaseException | None:
-    """The pyfunc error a Relax call raised through TVM, if any (TVM re-wraps exceptions)."""
-    err = getattr(pending_error, "error", None)
-    pending_error.error = None
-    return err
+def function_name(func) -> str:
+    """The name of a function given by name or as a function (a GlobalVar, a Python function)."""
+    if isinstance(func, str):
+        return func
+    for attr in ("name_hint", "__name__", "name"):
+        value = getattr(func, attr, None)
+        if isinstance(value, str):
+            return value
+    raise CallError(f"expected a function name or a function, got {type(func).__name__}")

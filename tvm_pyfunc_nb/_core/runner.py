@@ -1,0 +1,156 @@
+"""Where a live module's compiled code runs: here, or on a remote device through TVM's RPC.
+
+A runner is chosen once, when the module is made, so no other part asks
+"is this remote?". It is the call table's resolver: it makes the callable of
+a function at its first call (a pyfunc's, which always runs here, or one of
+compiled code, compiling what it needs), and it runs compiled code once for
+`trace` and many times for `time`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any
+
+from tvm import relax
+
+from ..errors import CallError
+from .assembly import Assembly
+from .call_errors import refused
+from .call_table import CallTable
+from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
+from .cells import PRIMFUNC, PYFUNC
+from .compiler import Compiler
+from .contributions import FunctionEntry
+from .remote import RemoteDevice
+from .tensors import to_tvm_tensor
+from .timing import evaluator_samples
+
+
+class Runner(ABC):
+    """What both runners share: resolving a name, and the pyfunc path (always here)."""
+
+    def __init__(self, live, assembly: Assembly, compiler: Compiler, calls: CallTable, device):
+        self.live = live  # a pyfunc's `self`
+        self.assembly = assembly
+        self.compiler = compiler
+        self.calls = calls
+        self.device = device
+        self.closed = False
+
+    @property
+    def where(self) -> str:
+        """The device compiled code runs on, as a user reads it."""
+        return str(self.device)
+
+    def resolve(self, name: str) -> Callable:
+        """The callable of function `name`, compiling what it needs (the call table keeps it
+        until the module changes)."""
+        if self.closed:
+            raise CallError(
+                f"module `{self.live.name}` was dropped; run its cells again to rebuild it",
+                function=name,
+            )
+        entry = self.live.entry(name)
+        if entry.kind == PYFUNC:
+            return pyfunc_callable(self.calls, entry, self.live)
+        return self.compiled_callable(entry)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @abstractmethod
+    def compiled_callable(self, entry: FunctionEntry) -> Callable:
+        """The callable of compiled function `entry`, compiling what it needs now."""
+
+    @abstractmethod
+    def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
+        """Run Relax function `fn` of `linked` once on `args` (nothing recorded)."""
+
+    @abstractmethod
+    def time(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
+        """Seconds per call of each of `repeat` runs of `number` calls, on the device."""
+
+
+class LocalRunner(Runner):
+    """Compiled code in this process, on a device of this machine: torch tensors go as they are."""
+
+    def compiled_callable(self, entry: FunctionEntry) -> Callable:
+        state, name = self.assembly.state, entry.name
+        stats = self.compiler.build.stats
+        mark = len(stats.compiles)
+        if entry.kind == PRIMFUNC:
+            function, writes_args = self.compiler.kernel(state, entry)[name], True
+        else:
+            linked = self.compiler.relax_function(state, name)
+            try:
+                function, writes_args = linked.vm(self.device)[name], False
+            except CallError as err:
+                raise CallError(err.detail, function=name) from err.__cause__
+        compiled = tuple(stats.since(mark))
+        return compiled_callable(
+            self.calls, entry, function, compiled, device=self.device, writes_args=writes_args
+        )
+
+    def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
+        return run_compiled(entry, linked.vm(self.device)[fn], args, device=self.device)
+
+    def time(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
+        fn, state = entry.name, self.assembly.state
+        if entry.kind == PRIMFUNC:
+            module = self.compiler.kernel(state, entry)
+        else:
+            module = self.compiler.linked_for(state, fn).vm(self.device)
+        evaluator = module.time_evaluator(fn, self.device, number=number, repeat=repeat)
+        try:
+            return evaluator_samples(evaluator, to_tvm_tensor(list(args)))
+        except Exception as err:
+            raise refused(fn, None, args, err, self.device) from err
+
+
+class RemoteRunner(Runner):
+    """Compiled here, uploaded and run on a remote device: arguments and results are copies."""
+
+    def __init__(self, live, assembly, compiler, calls, device, remote: RemoteDevice):
+        super().__init__(live, assembly, compiler, calls, device)
+        self.remote = remote
+
+    @property
+    def where(self) -> str:
+        return f"remote {self.remote.device_name} ({self.remote.address})"
+
+    def compiled_callable(self, entry: FunctionEntry) -> Callable:
+        state, name, remote = self.assembly.state, entry.name, self.remote
+        stats = self.compiler.build.stats
+        mark = len(stats.compiles)
+        if entry.kind == PRIMFUNC:
+            lib = self.compiler.kernel(state, entry)
+            remote.kernel(name, lib)
+
+            def invoke(args):
+                return remote.call_kernel(name, lib, args)
+        else:
+            linked = self.compiler.relax_function(state, name)
+            remote.vm(linked)
+            returns_tuple = isinstance(entry.func.ret_ty, relax.TupleType)
+
+            def invoke(args):
+                return remote.call_relax(name, linked, args, returns_tuple)
+
+        return remote_callable(self.calls, entry, invoke, tuple(stats.since(mark)))
+
+    def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
+        return self.remote.call_relax(fn, linked, args, returns_tuple=True)
+
+    def time(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
+        fn, state, remote = entry.name, self.assembly.state, self.remote
+        if entry.kind == PRIMFUNC:
+            module = remote.module(fn, self.compiler.kernel(state, entry))
+        else:
+            module = remote.vm(self.compiler.linked_for(state, fn))
+        return remote.time(module, fn, args, number, repeat)
+
+    def close(self) -> None:
+        super().close()
+        self.remote.close()
