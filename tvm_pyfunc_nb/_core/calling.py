@@ -12,6 +12,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -314,7 +315,10 @@ def _vars_of(expr) -> list[tirx.Var]:
 
 
 # -- pyfuncs --------------------------------------------------------------------------
+# The package error on its way across TVM, which passes on only an error's text: the compiled
+# call on the other side raises this one, with its traceback (see `take_pending_error`).
 pending_error = threading.local()
+CELL_FILES = "<tvmmodule "  # how the filename of code compiled from a cell begins
 
 
 def pyfunc_error(function: str, line: int | None, err: BaseException) -> TVMModuleError:
@@ -334,7 +338,7 @@ def _deepest_line(err: BaseException, function: str) -> int | None:
     tb, line = err.__traceback__, None
     while tb is not None:
         if tb.tb_frame.f_code.co_name == function and tb.tb_frame.f_code.co_filename.startswith(
-            "<tvmmodule"
+            CELL_FILES
         ):
             line = tb.tb_lineno
         tb = tb.tb_next
@@ -367,8 +371,43 @@ def bad_pyfunc_arguments(
     return None
 
 
-def take_pending_error() -> BaseException | None:
-    """The pyfunc error a Relax call raised through TVM, if any (TVM re-wraps exceptions)."""
+def raised_in_pyfunc(error: BaseException, err: BaseException, code) -> BaseException:
+    """`error`, the package's error for `err` that a pyfunc raised, ready to raise from the
+    pyfunc's handle, which caught `err`: caused by `err`, and with a traceback that ends in the
+    pyfunc's frame.
+
+    That frame is the deepest of `err`'s traceback whose code is a cell's or the pyfunc's own
+    (`code`), so `%debug` stops there, among the pyfunc's locals, and a traceback's last line
+    is the cell's, however deep the pyfunc was reached. The package's frames below it (those of
+    a `self.call_tir` it made, say) are left out; `err`, kept as the cause, has them all.
+    """
+    if error is not err:
+        error.__cause__ = err
+    return error.with_traceback(_through_pyfunc_frame(err.__traceback__.tb_next, code))
+
+
+def _through_pyfunc_frame(tb: TracebackType | None, code) -> TracebackType | None:
+    """`tb` up to its deepest frame of pyfunc code (a copy: `tb` stays whole); all of it if none."""
+    entries, deepest = [], 0
+    while tb is not None:
+        entries.append(tb)
+        frame_code = tb.tb_frame.f_code
+        if frame_code is code or frame_code.co_filename.startswith(CELL_FILES):
+            deepest = len(entries)
+        tb = tb.tb_next
+    if not deepest:
+        return entries[0] if entries else None
+    copy = None
+    for entry in reversed(entries[:deepest]):
+        copy = TracebackType(copy, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return copy
+
+
+def take_pending_error(raised: BaseException) -> BaseException | None:
+    """The package error that `raised`, TVM's re-wrap of it after it crossed TVM, stands for:
+    the error itself, with its traceback. An error left pending by a call that did not cross
+    TVM (a pyfunc's, caught by its caller) does not stand for another one.
+    """
     err = getattr(pending_error, "error", None)
     pending_error.error = None
-    return err
+    return err if err is not None and str(err) in str(raised) else None

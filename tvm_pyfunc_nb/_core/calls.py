@@ -25,7 +25,9 @@ from .calling import (
     bad_pyfunc_arguments,
     explain_bad_call,
     keywords_to_positions,
+    pending_error,
     pyfunc_error,
+    raised_in_pyfunc,
     specs_of,
     take_pending_error,
 )
@@ -144,6 +146,7 @@ class CallTable:
         """
         func, name, line, takes_self = entry.pyfunc, entry.name, entry.line, entry.takes_self
         perf_counter, stats, records = time.perf_counter, self._stats, self.records
+        code = getattr(func, "__code__", None)
 
         def call(*args, **kwargs):
             mark = stats.seconds
@@ -154,10 +157,9 @@ class CallTable:
                 self.record(name, args, None, start, mark, (), err)
                 error = bad_pyfunc_arguments(name, func, takes_self, args, kwargs, err)
                 error = error or pyfunc_error(name, line, err)
-                if error is err:
-                    # already the package's error (e.g. from a call the pyfunc made): keep its chain
-                    raise
-                raise error from err
+                pending_error.error = error  # for a compiled caller beyond TVM
+                error = raised_in_pyfunc(error, err, code)
+                raise error from error.__cause__
             end = perf_counter()
             compiling = stats.seconds - mark
             records[name] = (args, out, end - start - compiling, end, (), None, compiling)
@@ -216,8 +218,7 @@ class CallTable:
                     return table.handle(name)(*args)
                 error = refused(name, specs, args, err, device, cell_lines)
                 table.record(name, args, None, start, stats.seconds, (), error)
-                # a pyfunc's error keeps its own traceback
-                raise error from (error.__cause__ or err)
+                raise error from error.__cause__
             end = perf_counter()
             records[name] = (args, out, end - start, end, compiled, None, 0.0)
             compiled = ()
@@ -250,7 +251,7 @@ class CallTable:
             except Exception as err:
                 error = refused(name, specs, args, err, None)
                 table.record(name, args, None, start, stats.seconds, (), error)
-                raise error from err
+                raise error from error.__cause__
             end = perf_counter()
             records[name] = (args, out, end - start, end, compiled, None, 0.0)
             compiled = ()
@@ -268,17 +269,22 @@ class CallTable:
             error = refused(
                 entry.name, specs_of(entry.func), args, err, device, entry.line is not None
             )
-            raise error from (error.__cause__ or err)
+            raise error from error.__cause__
         return to_torch(out)
 
 
 def refused(
     name: str, specs, args: tuple, err: Exception, device, cell_lines: bool = False
 ) -> TVMModuleError:
-    """The package's error for a compiled call TVM refused (or a pyfunc it called that raised)."""
-    error = take_pending_error() or explain_bad_call(name, specs, args, err, device, cell_lines)
+    """The package's error for a compiled call TVM refused (or a pyfunc it called that raised),
+    to raise where `err` was caught. A pyfunc's error keeps its traceback and its cause: it
+    ends in the pyfunc's frame (see `raised_in_pyfunc`).
+    """
+    error = take_pending_error(err) or explain_bad_call(name, specs, args, err, device, cell_lines)
     if not isinstance(error, TVMModuleError):
         error = pyfunc_error(getattr(error, "function", name), None, error)
+    if error.__cause__ is None:
+        error.__cause__ = err
     return error
 
 

@@ -571,7 +571,8 @@ class LiveModule:
         try:
             return evaluator_samples(evaluator, to_tvm_tensor(list(args)))
         except Exception as err:
-            raise refused(fn, None, args, err, self.device) from err
+            error = refused(fn, None, args, err, self.device)
+            raise error from error.__cause__
 
     def _guard_note(self, entry: FunctionEntry) -> str:
         if entry.kind == PRIMFUNC and self.options.checked and has_guards(entry.func, entry.name):
@@ -858,7 +859,8 @@ class LiveModule:
         try:
             func(*to_tvm_args(args), *outputs)
         except Exception as err:
-            raise refused(name, None, args, err, self.device) from err
+            error = refused(name, None, args, err, self.device)
+            raise error from error.__cause__
         return outputs[0] if len(outputs) == 1 else outputs
 
     def call_py_func(self, name: str, args):
