@@ -410,4 +410,4 @@ def take_pending_error(raised: BaseException) -> BaseException | None:
     """
     err = getattr(pending_error, "error", None)
     pending_error.error = None
-    return err if err is not None and str(err) in str(raised) else None
+    return err if err is not None and str(err).strip() in str(raised) else None
