@@ -137,7 +137,7 @@ def typed_into_debugger(*commands: str, shell: InteractiveShell | None = None) -
 
     A notebook run by a machine (nbval, a test) has no one to type at the `ipdb>` prompt:
 
-        with typed_into_debugger("p y", "quit"):
+        with typed_into_debugger("p y", "where"):
             %debug
     """
     shell, out = shell or get_ipython(), sys.stdout
