@@ -265,12 +265,16 @@ class TVMModuleMagics(_OptionTraits):
 
 
 def show_error(shell, etype, value, tb, tb_offset=None):
-    """Show a package error as IPython's UsageError: the message only (`%tb` has the rest)."""
+    """Show a package error as IPython's UsageError: the message only (`%tb` has the rest).
+
+    With `%pdb on`, the debugger then opens on it, as IPython does after its own tracebacks.
+    """
     sys.last_type, sys.last_value, sys.last_traceback = etype, value, tb
     if hasattr(sys, "last_exc"):
         sys.last_exc = value
     stb = [f"{etype.__name__}: {value}"]
     shell._showtraceback(etype, value, stb)
+    shell.debugger()  # only if `%pdb` is on
     return stb
 
 

@@ -3,7 +3,9 @@
 Every mistake a user can make raises a subclass of `TVMModuleError`. The
 message is short and names the function and the cell line where one applies;
 the magic layer shows it like IPython's `UsageError` (no traceback noise),
-while `%tb` still has the full chain (`__cause__`).
+while `%tb` still has the full chain (`__cause__`). The error a pyfunc raised
+ends its traceback in the pyfunc's frame, so that `%debug` opens there
+(`_core/call_errors.raised_in_pyfunc`).
 """
 
 from __future__ import annotations

@@ -13,13 +13,16 @@
 `cell` runs a `%%tvmmodule` cell the way a notebook front end does (with a
 cell id of its own, so running it again under the same id replaces what it
 contributed); `run` runs any cell and raises what it raised; `text` is what a
-front end without widgets shows for an object. Nothing here is mocked: these
-are IPython's own `run_cell`, magics and display formatters.
+front end without widgets shows for an object; `debug` is what `%debug` shows
+when commands are typed at its prompt (`typed_into_debugger` does that in a
+notebook). Nothing here is mocked: these are IPython's own `run_cell`, magics,
+display formatters and debugger.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import os
 import signal
@@ -28,8 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from IPython import get_ipython
+from IPython.core.debugger import Pdb
 from IPython.core.interactiveshell import InteractiveShell
 
 from ._core.remote import Address, probe
@@ -105,6 +111,13 @@ class NotebookShell:
         data, _ = self.ip.display_formatter.format(obj)
         return data["text/plain"]
 
+    def debug(self, *commands: str) -> str:
+        """What `%debug` prints for the last error when `commands` are typed at its prompt."""
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), typed_into_debugger(*commands, shell=self.ip):
+            self.ip.run_line_magic("debug", "")
+        return printed.getvalue()
+
     def drop_all(self) -> None:
         """Drop every live module (as `%tvmmodule_drop` does), e.g. between tests."""
         for name in list(self.magics.modules):
@@ -115,6 +128,40 @@ class NotebookShell:
         cache = self.magics.compile_cache()
         if cache is not None:
             cache.flush()
+
+
+@contextlib.contextmanager
+def typed_into_debugger(*commands: str, shell: InteractiveShell | None = None) -> Iterator[None]:
+    """`%debug` (and `%pdb on`) inside the block read `commands`, then `quit`, instead of the
+    keyboard, and print each command after the prompt, as if typed, to `sys.stdout`.
+
+    A notebook run by a machine (nbval, a test) has no one to type at the `ipdb>` prompt:
+
+        with typed_into_debugger("p y", "where"):
+            %debug
+    """
+    shell, out = shell or get_ipython(), sys.stdout
+    tb = shell.InteractiveTB
+    saved = tb.pdb
+    typed = "".join(f"{command}\n" for command in (*commands, "quit"))
+    tb.pdb = Pdb(stdin=_Typed(typed, out), stdout=out)
+    try:
+        yield
+    finally:
+        tb.pdb = saved
+
+
+class _Typed(io.StringIO):
+    """Debugger input that shows each line it gives on `echo`, as a terminal shows what is typed."""
+
+    def __init__(self, text: str, echo):
+        super().__init__(text)
+        self.echo = echo
+
+    def readline(self, size: int = -1) -> str:
+        line = super().readline(size)
+        self.echo.write(line)
+        return line
 
 
 # -- RPC servers on this machine ----------------------------------------------------------------

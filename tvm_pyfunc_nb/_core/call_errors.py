@@ -11,6 +11,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable, Sequence
+from types import TracebackType
 
 from ..errors import CallError, PyFuncError, TVMModuleError, UnknownFunctionError, shorten
 from .arguments import TensorSpec, mismatch
@@ -65,10 +66,15 @@ def explain_bad_call(
 def refused(
     name: str, specs, args: tuple, err: Exception, device, cell_lines: bool = False
 ) -> TVMModuleError:
-    """The package's error for a compiled call TVM refused (or a pyfunc it called that raised)."""
-    error = take_pending_error() or explain_bad_call(name, specs, args, err, device, cell_lines)
+    """The package's error for a compiled call TVM refused (or a pyfunc it called that raised),
+    to raise where `err` was caught. A pyfunc's error keeps its traceback and its cause: it
+    ends in the pyfunc's frame (see `raised_in_pyfunc`).
+    """
+    error = take_pending_error(err) or explain_bad_call(name, specs, args, err, device, cell_lines)
     if not isinstance(error, TVMModuleError):
         error = pyfunc_error(getattr(error, "function", name), None, error)
+    if error.__cause__ is None:
+        error.__cause__ = err
     return error
 
 
@@ -88,7 +94,10 @@ def unknown_function(module: str, known, name: str) -> CallError:
 
 
 # -- pyfuncs --------------------------------------------------------------------------
+# The package error on its way across TVM, which passes on only an error's text: the compiled
+# call on the other side raises this one, with its traceback (see `take_pending_error`).
 pending_error = threading.local()
+CELL_FILES = "<tvmmodule "  # how the filename of code compiled from a cell begins
 
 
 def pyfunc_error(function: str, line: int | None, err: BaseException) -> TVMModuleError:
@@ -108,7 +117,7 @@ def _deepest_line(err: BaseException, function: str) -> int | None:
     tb, line = err.__traceback__, None
     while tb is not None:
         if tb.tb_frame.f_code.co_name == function and tb.tb_frame.f_code.co_filename.startswith(
-            "<tvmmodule"
+            CELL_FILES
         ):
             line = tb.tb_lineno
         tb = tb.tb_next
@@ -141,8 +150,43 @@ def bad_pyfunc_arguments(
     return None
 
 
-def take_pending_error() -> BaseException | None:
-    """The pyfunc error a Relax call raised through TVM, if any (TVM re-wraps exceptions)."""
+def raised_in_pyfunc(error: BaseException, err: BaseException, code) -> BaseException:
+    """`error`, the package's error for `err` that a pyfunc raised, ready to raise from the
+    pyfunc's handle, which caught `err`: caused by `err`, and with a traceback that ends in the
+    pyfunc's frame.
+
+    That frame is the deepest of `err`'s traceback whose code is a cell's or the pyfunc's own
+    (`code`), so `%debug` stops there, among the pyfunc's locals, and a traceback's last line
+    is the cell's, however deep the pyfunc was reached. The package's frames below it (those of
+    a `self.call_tir` it made, say) are left out; `err`, kept as the cause, has them all.
+    """
+    if error is not err:
+        error.__cause__ = err
+    return error.with_traceback(_through_pyfunc_frame(err.__traceback__.tb_next, code))
+
+
+def _through_pyfunc_frame(tb: TracebackType | None, code) -> TracebackType | None:
+    """`tb` up to its deepest frame of pyfunc code (a copy: `tb` stays whole); all of it if none."""
+    entries, deepest = [], 0
+    while tb is not None:
+        entries.append(tb)
+        frame_code = tb.tb_frame.f_code
+        if frame_code is code or frame_code.co_filename.startswith(CELL_FILES):
+            deepest = len(entries)
+        tb = tb.tb_next
+    if not deepest:
+        return entries[0] if entries else None
+    copy = None
+    for entry in reversed(entries[:deepest]):
+        copy = TracebackType(copy, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return copy
+
+
+def take_pending_error(raised: BaseException) -> BaseException | None:
+    """The package error that `raised`, TVM's re-wrap of it after it crossed TVM, stands for:
+    the error itself, with its traceback. An error left pending by a call that did not cross
+    TVM (a pyfunc's, caught by its caller) does not stand for another one.
+    """
     err = getattr(pending_error, "error", None)
     pending_error.error = None
-    return err
+    return err if err is not None and str(err).strip() in str(raised) else None

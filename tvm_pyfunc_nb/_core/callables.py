@@ -27,7 +27,13 @@ from .arguments import (
     out_ty_of,
     specs_of,
 )
-from .call_errors import bad_pyfunc_arguments, pyfunc_error, refused
+from .call_errors import (
+    bad_pyfunc_arguments,
+    pending_error,
+    pyfunc_error,
+    raised_in_pyfunc,
+    refused,
+)
 from .call_table import CallTable
 from .cells import PRIMFUNC
 from .contributions import FunctionEntry
@@ -41,6 +47,7 @@ def pyfunc_callable(table: CallTable, entry: FunctionEntry, live: object) -> Cal
     """
     func, name, line, takes_self = entry.pyfunc, entry.name, entry.line, entry.takes_self
     perf_counter, stats, records = time.perf_counter, table.stats, table.records
+    code = getattr(func, "__code__", None)
 
     def call(*args, **kwargs):
         mark = stats.seconds
@@ -51,10 +58,9 @@ def pyfunc_callable(table: CallTable, entry: FunctionEntry, live: object) -> Cal
             table.record(name, args, None, start, mark, (), err)
             error = bad_pyfunc_arguments(name, func, takes_self, args, kwargs, err)
             error = error or pyfunc_error(name, line, err)
-            if error is err:
-                # already the package's error (e.g. from a call the pyfunc made): keep its chain
-                raise
-            raise error from err
+            pending_error.error = error  # for a compiled caller beyond TVM
+            error = raised_in_pyfunc(error, err, code)
+            raise error from error.__cause__
         end = perf_counter()
         compiling = stats.seconds - mark
         records[name] = (args, out, end - start - compiling, end, (), None, compiling)
@@ -115,7 +121,7 @@ def compiled_callable(
             error = refused(name, specs, args, err, device, cell_lines)
             table.record(name, args, None, start, stats.seconds, (), error)
             # a pyfunc's error keeps its own traceback
-            raise error from (error.__cause__ or err)
+            raise error from error.__cause__
         end = perf_counter()
         records[name] = (args, out, end - start, end, compiled, None, 0.0)
         compiled = ()
@@ -149,7 +155,7 @@ def remote_callable(
         except Exception as err:
             error = refused(name, specs, args, err, None)
             table.record(name, args, None, start, stats.seconds, (), error)
-            raise error from err
+            raise error from error.__cause__
         end = perf_counter()
         records[name] = (args, out, end - start, end, compiled, None, 0.0)
         compiled = ()
@@ -165,7 +171,7 @@ def run_compiled(entry: FunctionEntry, function, args: tuple, *, device) -> Any:
         out = function(*to_tvm_args(args))
     except Exception as err:
         error = refused(entry.name, specs_of(entry.func), args, err, device, entry.line is not None)
-        raise error from (error.__cause__ or err)
+        raise error from error.__cause__
     return to_torch(out)
 
 
@@ -238,5 +244,6 @@ def call_dps_packed(name: str, args, out_ty, out_sinfo, device):
     try:
         func(*to_tvm_args(args), *outputs)
     except Exception as err:
-        raise refused(name, None, args, err, device) from err
+        error = refused(name, None, args, err, device)
+        raise error from error.__cause__
     return outputs[0] if len(outputs) == 1 else outputs

@@ -106,7 +106,8 @@ class LocalRunner(Runner):
         try:
             return evaluator_samples(evaluator, to_tvm_tensor(list(args)))
         except Exception as err:
-            raise refused(fn, None, args, err, self.device) from err
+            error = refused(fn, None, args, err, self.device)
+            raise error from error.__cause__
 
 
 class RemoteRunner(Runner):
