@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -277,6 +278,15 @@ def test_directories_the_cache_makes_are_private_and_entries_are_owner_only(tmp_
     readable.mkdir()
     os.chmod(readable, 0o755)
     assert CompileCache(readable).distrust() is None and mode(readable) == 0o755
+
+
+def test_a_cache_directory_deleted_meanwhile_is_made_again_private(tmp_path):
+    cache = CompileCache(tmp_path / "cache")
+    shutil.rmtree(cache.directory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileCacheWarning)
+        warm(cache)
+    assert mode(cache.directory) == 0o700 and cache.summary().entries == 1
 
 
 # -- what is trusted -----------------------------------------------------------------------

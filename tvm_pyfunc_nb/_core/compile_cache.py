@@ -547,7 +547,10 @@ def directory_problem(directory: Path) -> str | None:
     real = Path(os.path.realpath(directory))
     try:
         for path in (real, *real.parents):
-            info = path.stat()
+            try:
+                info = path.stat()
+            except FileNotFoundError:  # deleted meanwhile: the next store makes it again, private
+                continue
             if (
                 path != real
                 and info.st_uid == 0
