@@ -8,10 +8,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from IPython.core.error import UsageError
 
-from tvm_pyfunc_nb import CompileCache, LiveModule
+from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -263,15 +265,185 @@ def test_kernels_built_together_have_entries_of_their_own_that_share_one_file(tm
     assert torch.equal(out, X + Y + 3) and tir_compiles(fresh) == [("k3",)]
 
 
-def test_the_directory_is_private_and_entries_are_owner_only(tmp_path):
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_directories_the_cache_makes_are_private_and_entries_are_owner_only(tmp_path):
     cache = CompileCache(tmp_path / "a" / "cache")
-    assert stat.S_IMODE(cache.directory.stat().st_mode) == 0o700
+    assert mode(cache.directory) == mode(tmp_path / "a") == 0o700
     warm(cache)
-    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in cache.directory.iterdir())
-    loose = tmp_path / "loose"
-    loose.mkdir(mode=0o755)
-    os.chmod(loose, 0o755)
-    assert stat.S_IMODE(CompileCache(loose).directory.stat().st_mode) == 0o700
+    assert all(mode(p) == 0o600 for p in cache.directory.iterdir())
+    readable = tmp_path / "readable"  # the user's own, readable by others: used as it is
+    readable.mkdir()
+    os.chmod(readable, 0o755)
+    assert CompileCache(readable).distrust() is None and mode(readable) == 0o755
+
+
+def test_a_cache_directory_deleted_meanwhile_is_made_again_private(tmp_path):
+    cache = CompileCache(tmp_path / "cache")
+    shutil.rmtree(cache.directory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileCacheWarning)
+        warm(cache)
+    assert mode(cache.directory) == 0o700 and cache.summary().entries == 1
+
+
+# -- what is trusted -----------------------------------------------------------------------
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="gives a file away or needs root's own")
+NOBODY = 65534
+
+
+def libraries_mapped_from(directory: Path) -> int:
+    """How many shared libraries this process has loaded from `directory`, as the operating
+    system counts them (the cache loads a private copy, deleted once open: it stays mapped)."""
+    maps = Path("/proc/self/maps")
+    if not maps.exists():
+        return 0  # not Linux: the cache's own count (`hits`) is all there is
+    lines = maps.read_text().splitlines()
+    return len({line.split(maxsplit=5)[5] for line in lines if f"{directory}/" in line})
+
+
+def cache_notices(caught) -> list[str]:
+    return [str(w.message) for w in caught if w.category is CompileCacheWarning]
+
+
+ELSEWHERE = "point TVMModuleMagics.cache_dir at a directory only you can write"
+
+
+def world_writable(tmp_path: Path) -> tuple[Path, str]:
+    directory = tmp_path / "cache"
+    warm(CompileCache(directory))
+    os.chmod(directory, 0o777)
+    why = f"{directory} is writable by its group and others (mode 0777)"
+    return directory, f"{why}. Fix: chmod 700 {directory}, or {ELSEWHERE}"
+
+
+def group_writable(tmp_path: Path) -> tuple[Path, str]:
+    directory = tmp_path / "cache"
+    warm(CompileCache(directory))
+    os.chmod(directory, 0o770)
+    why = f"{directory} is writable by its group (mode 0770)"
+    return directory, f"{why}. Fix: chmod 700 {directory}, or {ELSEWHERE}"
+
+
+def symlink_to_another_users(tmp_path: Path) -> tuple[Path, str]:
+    theirs = tmp_path / "theirs"
+    warm(CompileCache(theirs))
+    os.chown(theirs, NOBODY, NOBODY)
+    (tmp_path / "mine").symlink_to(theirs)
+    why = f"{theirs} belongs to another user (uid {NOBODY}, mode 0700)"
+    return tmp_path / "mine", f"{why}. Fix: {ELSEWHERE}"
+
+
+def parent_writable_without_sticky_bit(tmp_path: Path) -> tuple[Path, str]:
+    parent = tmp_path / "shared"
+    warm(CompileCache(parent / "cache"))
+    os.chmod(parent, 0o777)
+    why = f"{parent} is writable by its group and others (mode 0777)"
+    return parent / "cache", f"{why}. Fix: chmod go-w {parent}, or {ELSEWHERE}"
+
+
+UNSAFE = [
+    pytest.param(world_writable, id="world-writable"),
+    pytest.param(group_writable, id="group-writable"),
+    pytest.param(symlink_to_another_users, id="symlink-to-another-users", marks=needs_root),
+    pytest.param(parent_writable_without_sticky_bit, id="parent-writable-not-sticky"),
+]
+
+
+@pytest.mark.parametrize("make_unsafe", UNSAFE)
+def test_a_cache_others_could_change_is_off_and_everything_compiles(tmp_path, make_unsafe):
+    configured, why = make_unsafe(tmp_path)
+    real = configured.resolve()
+    before = (sorted(real.iterdir()), mode(real), mode(real.parent))
+    with pytest.warns(CompileCacheWarning) as caught:
+        cache = CompileCache(configured)
+        live, out = call_add(cache)
+    assert torch.equal(out, X + Y) and tir_compiles(live) == [("add_tir",)]
+    assert cache.hits == 0 and libraries_mapped_from(real) == 0
+    assert cache_notices(caught) == [f"compile cache off, every function compiles instead: {why}"]
+    cache.flush()  # nothing was written there, no mode changed
+    assert (sorted(real.iterdir()), mode(real), mode(real.parent)) == before
+    assert f"  not trusted, so off: {why}\n" in repr(cache.summary())
+
+
+def exposed_to_others(path: Path) -> None:
+    os.chmod(path, 0o606)
+
+
+def exposed_to_group(path: Path) -> None:
+    os.chmod(path, 0o620)
+
+
+def given_away(path: Path) -> None:
+    os.chown(path, NOBODY, NOBODY)
+
+
+EXPOSED = [
+    pytest.param("json", exposed_to_others, "is writable by others (mode 0606)", id="record-o+w"),
+    pytest.param("so", exposed_to_group, "is writable by its group (mode 0620)", id="library-g+w"),
+    pytest.param(
+        "so", given_away, f"belongs to another user (uid {NOBODY}", id="foreign", marks=needs_root
+    ),
+]
+
+
+@pytest.mark.parametrize(("suffix", "expose", "why"), EXPOSED)
+def test_an_entry_others_could_have_written_is_ignored_and_compiled_again(
+    tmp_path, suffix, expose, why
+):
+    exposed = []
+    for k in (0, 1):  # compiled one by one: files of their own
+        record, library = files_of(CompileCache(tmp_path), kernel(k), f"k{k}")
+        exposed.append(library if suffix == "so" else record)
+        expose(exposed[-1])
+
+    cache = CompileCache(tmp_path)
+    live = LiveModule("m", persistent_cache=cache)
+    live.run_cell(kernel(0) + kernel(1))
+    with pytest.warns(CompileCacheWarning) as caught:
+        live.compile()
+    assert tir_compiles(live) == [("k0", "k1")] and cache.hits == 0 and cache.rejected == 2
+    assert libraries_mapped_from(cache.directory) == 0
+    [notice] = cache_notices(caught)  # the first time only
+    assert f"ignored the entry of `k0`, since {exposed[0]} {why}" in notice
+    out = torch.empty(5)
+    live.k1(X, Y, out)
+    assert torch.equal(out, X + Y + 1)
+
+    cache.flush()  # the entries compiled again are the user's own, and serve the next kernel
+    again = LiveModule("m", persistent_cache=CompileCache(tmp_path))
+    again.run_cell(kernel(0) + kernel(1))
+    again.compile()
+    assert tir_compiles(again) == [] and again.stats.cache_hits == 2
+
+
+def below_a_sticky_directory(tmp_path: Path) -> Path:
+    """As /tmp is: root's, anyone may add to it, no one may move what is not theirs."""
+    shared = tmp_path / "sticky"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    return shared / "cache"
+
+
+PRIVATE = [
+    pytest.param(lambda tmp_path: tmp_path / "cache", id="private"),
+    pytest.param(below_a_sticky_directory, id="below-a-sticky-dir", marks=needs_root),
+]
+
+
+@pytest.mark.parametrize("place", PRIVATE)
+def test_a_private_cache_is_trusted_and_serves_hits(tmp_path, place):
+    directory = place(tmp_path)
+    warm(CompileCache(directory))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileCacheWarning)
+        cache = CompileCache(directory)
+        live, out = call_add(cache)
+    assert torch.equal(out, X + Y) and tir_compiles(live) == []
+    assert cache.hits == 1 and libraries_mapped_from(cache.directory) == 1
+    assert "  trusted: no one else can change it\n" in repr(cache.summary())
 
 
 # -- the magic ---------------------------------------------------------------------------
@@ -298,6 +470,25 @@ def test_tvmcache_shows_the_cache_and_clear_empties_it(cache_shell, tmp_path):
     assert "0 entries" in shown
     assert list((tmp_path / "cache").iterdir()) == []
     cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
+
+
+def test_a_cache_dir_others_can_change_leaves_cells_working_and_tvmcache_says_why(
+    cache_shell, tmp_path
+):
+    directory = tmp_path / "cache"
+    assert "  trusted: no one else can change it\n" in repr(cache_shell.run("%tvmcache"))
+    os.chmod(directory, 0o777)
+    with pytest.warns(CompileCacheWarning) as caught:
+        cache_shell.cell("demo", ADD_TIR)
+        out = torch.empty(5)
+        cache_shell.ns["demo"].add_tir(X, Y, out)
+        shown = repr(cache_shell.run("%tvmcache"))
+    assert torch.equal(out, X + Y) and tir_compiles(cache_shell.ns["demo"]) == [("add_tir",)]
+    assert len(cache_notices(caught)) == 1
+    assert (
+        f"  not trusted, so off: {directory} is writable by its group and others (mode 0777). "
+        f"Fix: chmod 700 {directory}, or {ELSEWHERE}\n"
+    ) in shown
 
 
 def test_tvmcache_says_when_the_cache_is_off(shell, capsys):

@@ -18,6 +18,7 @@ from ._version import __version__
 from .errors import (
     CallError,
     CellSyntaxError,
+    CompileCacheWarning,
     CompileError,
     IllFormedModuleError,
     ModelImportError,
@@ -32,6 +33,7 @@ __all__ = [
     "CallError",
     "CellSyntaxError",
     "CompileCache",
+    "CompileCacheWarning",
     "CompileError",
     "IllFormedModuleError",
     "LiveModule",

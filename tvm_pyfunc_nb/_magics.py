@@ -185,8 +185,8 @@ class TVMModuleMagics(_OptionTraits):
     @argument("action", nargs="?", choices=["clear"], help="`clear` deletes every entry.")
     @line_magic
     def tvmcache(self, line: str = ""):
-        """Show the persistent compile cache (location, entries, size); `%tvmcache clear` empties
-        it.
+        """Show the persistent compile cache (location, whether it is trusted, entries, size);
+        `%tvmcache clear` empties it.
         """
         args = parse_argstring(self.tvmcache, line)
         cache = self.compile_cache()
@@ -251,7 +251,7 @@ class TVMModuleMagics(_OptionTraits):
         """The persistent compile cache as configured now (None when `cache_dir` is '')."""
         if not self.cache_dir:
             return None
-        directory = os.path.abspath(os.path.expanduser(self.cache_dir))
+        directory = os.path.realpath(os.path.expanduser(self.cache_dir))  # as the cache keeps it
         if self._cache is None or str(self._cache.directory) != directory:
             try:
                 self._cache = CompileCache(directory)

@@ -71,6 +71,11 @@ class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 
 
+class CompileCacheWarning(UserWarning):
+    """The compile cache will not load code that someone else could have written: it is off, or
+    it ignored an entry. Nothing fails; the functions it would have served compile instead."""
+
+
 def _compose(message: str, function: str | None, line: int | None) -> str:
     where = []
     if function:

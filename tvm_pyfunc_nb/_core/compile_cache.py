@@ -8,8 +8,15 @@ TVM and of this package; the function's TVMScript is stored with it and
 compared on load, so a hash collision or a changed function is never served.
 
 What keeps a bad entry from ever being loaded:
-- the directory is private (mode 0700) and every file is written under a
-  temporary name, then renamed into place (`os.replace`);
+- only what this user could have written is read, as ssh's `StrictModes`
+  decides: a cache directory (symlinks resolved) that another user owns or
+  that others can write, or one below such a directory, turns the cache off
+  with a notice (`CompileCacheWarning`); an entry another user owns or others
+  can write is ignored. The check runs before every use, so a `chmod` counts
+  at once. Directories the cache creates are private (0700); one that exists
+  is never changed, since it may not be the user's to change;
+- every file is written under a temporary name, then renamed into place
+  (`os.replace`);
 - the library's SHA-256 and size are recorded when it is written, and the
   record itself carries a checksum;
 - on load the library's bytes are read and checked, and those same bytes,
@@ -38,6 +45,7 @@ import json
 import os
 import platform
 import queue
+import shlex
 import shutil
 import stat
 import subprocess
@@ -45,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from functools import cache
@@ -54,13 +63,14 @@ import tvm
 import tvm_ffi
 from tvm.support.cc import get_cc
 
-from ..errors import TVMModuleError, last_reason
+from ..errors import CompileCacheWarning, TVMModuleError, last_reason
 
 FORMAT = 1
 DEFAULT_MAX_BYTES = 512 * 2**20
 LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
 STALE_TEMP_SECONDS = 3600
+BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
 
 _EXPORTING = threading.Lock()
@@ -75,7 +85,8 @@ def export_library(lib: tvm.runtime.Module, path: str, **options) -> None:
 
 @dataclass(frozen=True)
 class CacheSummary:
-    """What `%tvmcache` shows: where the cache is, how full, and what it did in this kernel."""
+    """What `%tvmcache` shows: where the cache is, whether it is trusted, how full, and what it
+    did in this kernel."""
 
     location: str
     entries: int
@@ -87,13 +98,21 @@ class CacheSummary:
     rejected: int
     pending: int
     problem: str | None = None
+    distrust: str | None = None  # why the cache is off: others could change what it would load
 
     def __repr__(self) -> str:
+        trust = (
+            f"  not trusted, so off: {self.distrust}"
+            if self.distrust
+            else "  trusted: no one else can change it"
+        )
         lines = [
             f"compile cache: {self.location}",
+            trust,
             f"  {self.entries} entries, {_megabytes(self.size)} of {_megabytes(self.max_size)}",
             f"  this kernel: {self.hits} loaded, {self.misses} missed, {self.stored} stored, "
-            f"{self.rejected} rejected as damaged or stale, {self.pending} being written",
+            f"{self.rejected} rejected as damaged, stale or writable by others, "
+            f"{self.pending} being written",
         ]
         if self.problem:
             lines.append(f"  last problem: {self.problem}")
@@ -107,19 +126,28 @@ class _Rejected(Exception):
     """An entry that must not be loaded: damaged, truncated, or not the function asked for."""
 
 
+class _Exposed(Exception):
+    """An entry that must not even be read: another user owns it, or others can write it."""
+
+
 class CompileCache:
     """Compiled PrimFunc libraries in `directory`, at most `max_bytes` of them.
 
     `Compiler` calls `load` before building a PrimFunc and `store` after.
     Counters (`hits`, `misses`, `stored`, `rejected`) cover this process.
+    `directory` is kept with its symlinks resolved, once: what is checked is
+    what is read, even if a link is pointed elsewhere later.
     """
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
-        self.directory = Path(directory).expanduser().absolute()
+        given = Path(directory).expanduser().absolute()
+        _make_directory(given)
+        self.directory = given.resolve()
         self.max_bytes = max_bytes
         self.hits = self.misses = self.stored = self.rejected = 0
         self.problem: str | None = None
-        _make_private_directory(self.directory)
+        self._noticed: set[str] = set()
+        self.distrust()  # said now, when the first module is made, rather than at its first call
         self._writer = _Writer()
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
@@ -131,10 +159,23 @@ class CompileCache:
     ) -> tuple[tvm.runtime.Module, frozenset[str]] | None:
         """The library of `func` built for `target_key` if a verified entry has it, and the
         names of every kernel that library holds (built together); else None."""
+        if self.distrust():
+            return None
         structural_hash = str(tvm_ffi.structural_hash(func))
         key = entry_key(name, structural_hash, target_key)
         try:
             loaded = self._load_verified(key, name, structural_hash, target_key, func)
+        except _Exposed as why:
+            self._discard(key)
+            self.rejected += 1
+            self.problem = f"{name}: entry {key[:12]} ignored ({why}); compiling again"
+            self._notice(
+                "entry",
+                f"compile cache: ignored the entry of `{name}`, since {why}; it compiles "
+                "again (entries like it are ignored without another notice; %tvmcache "
+                "counts them as rejected)",
+            )
+            loaded = None
         except _Rejected as why:
             self._discard(key)
             self.rejected += 1
@@ -159,6 +200,8 @@ class CompileCache:
         A cache that cannot take an entry never fails the compile that made it: the
         function is compiled again next time, and `%tvmcache` shows what went wrong.
         """
+        if self.distrust():
+            return
         records = {}
         for name, func in funcs.items():
             structural_hash = str(tvm_ffi.structural_hash(func))
@@ -185,6 +228,23 @@ class CompileCache:
             self._pending.add(future)
         future.add_done_callback(self._done)
 
+    # -- trust ---------------------------------------------------------------------
+    def distrust(self) -> str | None:
+        """Why the cache is off, or None: someone else could change the directory or one above
+        it (`directory_problem`), so nothing in it is read and nothing written. Checked at each
+        use, so that a `chmod` counts at once; the notice comes once per reason."""
+        problem = directory_problem(self.directory)
+        if problem:
+            self._notice(problem, f"compile cache off, every function compiles instead: {problem}")
+        return problem
+
+    def _notice(self, key: str, message: str) -> None:
+        """Warn once per `key` in this cache's life: a notice repeated at every compile would
+        bury the cell's output."""
+        if key not in self._noticed:
+            self._noticed.add(key)
+            warnings.warn(message, CompileCacheWarning, stacklevel=2)
+
     # -- looking and tidying -----------------------------------------------------
     def flush(self) -> None:
         """Wait until every export started so far is on disk."""
@@ -210,11 +270,15 @@ class CompileCache:
             self.rejected,
             pending,
             self.problem,
+            self.distrust(),
         )
 
     def clear(self) -> int:
-        """Delete every entry (after pending exports finish); returns how many there were."""
+        """Delete every entry (after pending exports finish); returns how many there were. A
+        cache that is off deletes nothing: its files may be someone else's."""
         self.flush()
+        if self.distrust():
+            return 0
         entries = self._entries()
         for path in self.directory.iterdir():
             _remove(path)
@@ -226,7 +290,7 @@ class CompileCache:
     ) -> tvm.runtime.Module | None:
         record_path, library_path = self._paths(key)
         try:
-            raw = record_path.read_bytes()
+            raw = _read_own(record_path)
         except FileNotFoundError:
             return None
         record = _parse_record(raw)
@@ -243,7 +307,7 @@ class CompileCache:
         if record.get("script") != func.script():
             raise _Rejected("the stored function is not this one (same hash, different TVMScript)")
         try:
-            library = library_path.read_bytes()
+            library = _read_own(library_path)
         except FileNotFoundError:
             raise _Rejected("its library file is missing") from None
         if len(library) != record.get("library_bytes") or _sha256(library) != record.get(
@@ -280,7 +344,7 @@ class CompileCache:
 
     # -- writing (background thread) -----------------------------------------------
     def _write(self, records: dict[str, dict], lib: tvm.runtime.Module) -> None:
-        _make_private_directory(self.directory)  # again: someone may have deleted it since
+        _make_directory(self.directory)  # again: someone may have deleted it since
         with tempfile.TemporaryDirectory(dir=self.directory, prefix=".work-") as work:
             built = Path(work) / f"library{LIBRARY_SUFFIX}"
             export_library(lib, str(built), fcompile=_link_shared, workspace_dir=work)
@@ -471,19 +535,89 @@ def _parse_record(raw: bytes) -> dict:
         raise _Rejected(f"its record is unreadable ({type(err).__name__})") from None
 
 
-# -- small file helpers ------------------------------------------------------------------
-def _make_private_directory(directory: Path) -> None:
+# -- who could have written it -----------------------------------------------------------
+def directory_problem(directory: Path) -> str | None:
+    """Why someone else could change what is in `directory`, and the fix; None if no one can.
+
+    As ssh's `StrictModes` decides: `directory`, symlinks resolved, must be this user's and
+    writable by no one else, and so must each directory above it, up to the first that root
+    owns and that others cannot write or that is sticky, as /tmp is (others may add files to a
+    sticky directory, but not rename or delete this user's).
+    """
+    real = Path(os.path.realpath(directory))
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = directory.stat()
-        if hasattr(os, "getuid") and info.st_uid != os.getuid():
-            raise PermissionError("it belongs to another user")
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            directory.chmod(0o700)
+        for path in (real, *real.parents):
+            try:
+                info = path.stat()
+            except FileNotFoundError:  # deleted meanwhile: the next store makes it again, private
+                continue
+            if (
+                path != real
+                and info.st_uid == 0
+                and (info.st_mode & stat.S_ISVTX or not info.st_mode & BY_OTHERS)
+            ):
+                return None
+            why = _exposed(path, info)
+            if why:
+                return f"{why}. Fix: {_fix(path, info, below=path != real)}"
+    except OSError as err:
+        return f"{err.filename} cannot be checked ({err.strerror})"
+    return None
+
+
+def _exposed(path: Path, info: os.stat_result) -> str | None:
+    """Why someone other than this user could change file or directory `path`, or None."""
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_mode & BY_OTHERS:
+        whom = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(
+            info.st_mode & BY_OTHERS, "its group and others"
+        )
+        return f"{path} is writable by {whom} (mode {mode:04o})"
+    if info.st_uid != os.getuid():
+        return f"{path} belongs to another user (uid {info.st_uid}, mode {mode:04o})"
+    return None
+
+
+def _fix(path: Path, info: os.stat_result, *, below: bool) -> str:
+    """What the user can do: make their own directory private, or use another one."""
+    elsewhere = "point TVMModuleMagics.cache_dir at a directory only you can write"
+    if info.st_uid != os.getuid():
+        return elsewhere
+    return f"chmod {'go-w' if below else '700'} {shlex.quote(str(path))}, or {elsewhere}"
+
+
+def _read_own(path: Path) -> bytes:
+    """The bytes of entry file `path`, if no one but this user could have written them.
+
+    The file checked is the file read (its open descriptor is checked), and a symlink is not
+    followed.
+    """
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+        why = _exposed(path, os.fstat(file.fileno()))
+        if why:
+            raise _Exposed(why)
+        return file.read()
+
+
+# -- small file helpers ------------------------------------------------------------------
+def _make_directory(directory: Path) -> None:
+    """Create `directory` and those above it that are missing, each private (0700).
+
+    A directory that exists is left as it is, even one open to others: it may not be this
+    user's to change, and `directory_problem` says whether the cache may use it.
+    """
+    try:
+        missing = []
+        for path in (directory, *directory.parents):
+            if path.exists():
+                break
+            missing.append(path)
+        for path in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
+                path.mkdir(mode=0o700)
     except OSError as err:
         raise TVMModuleError(
-            f"cannot use {directory} as the compile cache: {err.strerror or err}; "
-            "choose another with %config TVMModuleMagics.cache_dir = '...' ('' turns it off)"
+            f"cannot use {directory} as the compile cache: {err.strerror or err}"
         ) from err
 
 
