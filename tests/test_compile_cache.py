@@ -82,9 +82,8 @@ def test_warm_cache_in_a_fresh_live_module_compiles_no_primfunc(tmp_path):
     assert tir_compiles(first)
     first_cache.flush()
 
-    cache = CompileCache(
-        tmp_path
-    )  # a new cache object: nothing shared in memory with the first module
+    # a new cache object: nothing shared in memory with the first module
+    cache = CompileCache(tmp_path)
     fresh = LiveModule("demo", persistent_cache=cache)
     fresh.namespace["demo"] = fresh
     fresh.run_cell(body)

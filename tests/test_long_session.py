@@ -111,6 +111,5 @@ def test_300_edit_run_call_cycles_stay_bounded(shell):
         f"growth over the last {MEASURED} cycles: {growth:.1f} MB"
     )
     assert growth < MAX_GROWTH_MB, figures
-    assert open_widgets[CYCLES] == open_widgets[CYCLES - MEASURED], (
-        open_widgets
-    )  # replaced views are closed
+    # replaced views are closed
+    assert open_widgets[CYCLES] == open_widgets[CYCLES - MEASURED], open_widgets

@@ -24,12 +24,17 @@ from tvm.script import tirx as T
 from tvm.script.parser.core.entry import parse
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.printer import (
-    function_script,
-    member_sources,
-    module_script,
-)
+from tvm_pyfunc_nb._core.printer import member_sources, module_script
 from tvm_pyfunc_nb._views.render import escape, highlight_html
+
+
+def function_script(name: str, ir_mod: tvm.IRModule, fn_name: str) -> str:
+    """One function's text at column 0, as a pane shows it: its slice of the module script."""
+    members = member_sources(module_script(name, ir_mod))
+    if fn_name not in members:
+        raise CallError(f"module `{name}` has no function `{fn_name}`", function=fn_name)
+    return members[fn_name]
+
 
 # What a `%%tvmmodule` cell holds: decorated functions at column 0.
 PYFUNC_SCALE = '''\

@@ -52,6 +52,5 @@ def test_a_kernels_own_run_time_check_says_the_kernel_stopped(shell, call, says)
         "out = torch.empty(4)\n"
         "guarded.gather(torch.arange(4.), torch.tensor([3, 2, 1, 0], dtype=torch.int32), out)"
     )
-    assert torch.equal(
-        shell.ns["out"], torch.tensor([3.0, 2.0, 1.0, 0.0])
-    )  # the module still works
+    # the module still works
+    assert torch.equal(shell.ns["out"], torch.tensor([3.0, 2.0, 1.0, 0.0]))

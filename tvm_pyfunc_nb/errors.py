@@ -102,9 +102,8 @@ def _is_noise(line: str) -> bool:
         stripped.startswith(('File "', "File '", "Traceback (most recent call last)"))
         or stripped.startswith("note: run with `TVM_BACKTRACE=1`")
         or stripped.startswith("^")
-        or stripped.startswith(
-            ("frame #", "Exception raised from ", "<omitting python frames>")
-        )  # C++ backtraces
+        # C++ backtraces
+        or stripped.startswith(("frame #", "Exception raised from ", "<omitting python frames>"))
     )
 
 

@@ -54,39 +54,72 @@ class UpdateResult:
     defined: list[str] = field(default_factory=list)
     kinds: dict[str, str] = field(default_factory=dict)  # kind of each defined function
     removed: list[str] = field(default_factory=list)
-    replaced: dict[str, str] = field(
-        default_factory=dict
-    )  # name -> where the earlier one came from
+    # name -> where the earlier one came from
+    replaced: dict[str, str] = field(default_factory=dict)
     restored: dict[str, str] = field(default_factory=dict)  # name -> the earlier definition back
     waiting: dict[str, list[str]] = field(default_factory=dict)  # Relax fn -> pyfuncs not there yet
     compiled: list = field(default_factory=list)  # CompileRecords of an eager compile
-    shadowed: list[str] = field(
-        default_factory=list
-    )  # defined names a live module's own attr hides
+    # defined names that one of the live module's own attributes hides
+    shadowed: list[str] = field(default_factory=list)
 
     def __repr__(self) -> str:
         return notices_text(self)
 
 
-def notices_text(result: UpdateResult, by: str | None = None) -> str:
-    """What a change did, in lines a user reads (the cell view's text, `add`'s output)."""
-    defined = ", ".join(f"{n} ({result.kinds.get(n, '?')})" for n in result.defined)
-    lines = [f"{result.module}: {by or result.by} defines {defined or 'nothing'}"]
-    lines += [f"  {n} replaces the definition from {o}" for n, o in result.replaced.items()]
-    lines += [f"  {n} is the definition from {o} again" for n, o in result.restored.items()]
-    if result.removed:
-        lines.append(f"  removed from {result.module}: {', '.join(result.removed)}")
+class Markup:
+    """How notices mark what they mention; plain text marks nothing (views mark it as HTML)."""
+
+    def name(self, name: str) -> str:
+        return name
+
+    def text(self, text: str) -> str:
+        return text
+
+    def kind(self, kind: str) -> str:
+        return f"({kind})"
+
+    def module(self, module: str) -> str:
+        return module
+
+
+PLAIN = Markup()
+
+
+def notice_lines(result: UpdateResult, by: str | None = None, markup=PLAIN) -> list[str]:
+    """What a change did, a line per notice: the one source of its text and its HTML."""
+    m, module = markup, result.module
+
+    def names(ns) -> str:
+        return ", ".join(m.name(n) for n in ns)
+
+    defined = ", ".join(f"{m.name(n)} {m.kind(result.kinds.get(n, '?'))}" for n in result.defined)
+    lines = [f"{m.module(module)}: {m.text(by or result.by)} defines {defined or 'nothing'}"]
     lines += [
-        f"  {fn} calls pyfunc {', '.join(names)} with R.call_py_func, which is not defined yet "
-        "(define it before calling; nothing will need recompiling)"
-        for fn, names in result.waiting.items()
+        f"{m.name(n)} replaces the definition from {m.text(o)}" for n, o in result.replaced.items()
     ]
     lines += [
-        f"  {n} is also the name of a live module attribute: "
-        f"call it with {result.module}.get_function({n!r})"
+        f"{m.name(n)} is the definition from {m.text(o)} again" for n, o in result.restored.items()
+    ]
+    if result.removed:
+        lines.append(f"removed from {m.text(module)}: {names(result.removed)}")
+    lines += [
+        f"{m.name(fn)} calls pyfunc {names(pyfuncs)} with R.call_py_func, which is not defined yet "
+        "(define it before calling; nothing will need recompiling)"
+        for fn, pyfuncs in result.waiting.items()
+    ]
+    lines += [
+        f"{m.name(n)} is also the name of a live module attribute: "
+        f"call it with {m.name(f'{module}.get_function({n!r})')}"
         for n in result.shadowed
     ]
-    return "\n".join(lines)
+    if result.compiled:
+        lines.append("compiled now: " + ", ".join(m.text(str(c)) for c in result.compiled))
+    return lines
+
+
+def notices_text(result: UpdateResult, by: str | None = None) -> str:
+    """What a change did, in lines a user reads (the cell view's text, `add`'s output)."""
+    return "\n  ".join(notice_lines(result, by))
 
 
 @dataclass(frozen=True)

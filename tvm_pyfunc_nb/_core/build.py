@@ -72,9 +72,8 @@ class CompileStats:
     served: dict[str, Counter] = field(
         default_factory=lambda: {"memory": Counter(), "disk": Counter()}
     )
-    uploads: list[tuple[str, int]] = field(
-        default_factory=list
-    )  # (artifact, bytes) sent to a remote
+    # (artifact, bytes) sent to a remote device
+    uploads: list[tuple[str, int]] = field(default_factory=list)
     seconds: float = 0.0  # total compile time, read by calls to tell their own run time apart
 
     @property
@@ -228,9 +227,8 @@ class Build:
         self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
-        self._versions: dict[
-            str, list[int]
-        ] = {}  # name -> keys of its kept libraries, oldest first
+        # name -> keys of its kept libraries, oldest first
+        self._versions: dict[str, list[int]] = {}
         self._vms: OrderedDict[int, list[Linked]] = OrderedDict()
 
     def kept(self) -> dict[str, int]:

@@ -38,7 +38,6 @@ class CellFragment:
     """What one cell contributes to a live module."""
 
     key: object
-    text: str  # the whole body as typed
     first_line: int
     functions: dict[str, FunctionSource] = field(default_factory=dict)
     full_class: str | None = None  # the class name when the body is a full `@I.ir_module` class
@@ -53,7 +52,7 @@ def split_cell(text: str, key: object = None, first_line: int = 2) -> CellFragme
     tree = _parse_python(text, first_line)
     body, offset, class_name = _module_body(tree, text, first_line)
     lines = text.splitlines(keepends=True)
-    fragment = CellFragment(key=key, text=text, first_line=first_line, full_class=class_name)
+    fragment = CellFragment(key=key, first_line=first_line, full_class=class_name)
     for node in [*tree.body, *body] if class_name else body:
         line = node.lineno + first_line - 1
         if _is_module_attrs(node):

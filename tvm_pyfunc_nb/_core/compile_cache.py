@@ -133,7 +133,7 @@ class _Exposed(Exception):
 class CompileCache:
     """Compiled PrimFunc libraries in `directory`, at most `max_bytes` of them.
 
-    `Compiler` calls `load` before building a PrimFunc and `store` after.
+    `Build` calls `load` before building a PrimFunc and `store` after.
     Counters (`hits`, `misses`, `stored`, `rejected`) cover this process.
     `directory` is kept with its symlinks resolved, once: what is checked is
     what is read, even if a link is pointed elsewhere later.
@@ -153,7 +153,7 @@ class CompileCache:
         self._lock = threading.Lock()
         self._opened: dict[str, tvm.runtime.Module] = {}  # library sha256 -> loaded, latest last
 
-    # -- the Compiler's interface --------------------------------------------------
+    # -- what Build uses -----------------------------------------------------------
     def load(
         self, name: str, func: tvm.tirx.PrimFunc, target_key: str
     ) -> tuple[tvm.runtime.Module, frozenset[str]] | None:

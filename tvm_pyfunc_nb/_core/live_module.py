@@ -43,22 +43,22 @@ from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import Build, CompileRecord, CompileStats
 from .call_errors import unknown_function, wrong_kind
 from .call_table import CallTable, RecordView
-from .callables import LazyCallable, call_dps_packed, call_tir
-from .cells import PRIMFUNC, PYFUNC, RELAX, split_cell
+from .callables import LazyCallable
+from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
-from .contributions import FunctionEntry, from_cell, next_run, owners, python_function
+from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable, module_text, name_constants
 from .importing import TorchOrigin, added_contribution, import_torch
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
 from .remote import RemoteDevice
 from .runner import LocalRunner, RemoteRunner
-from .tensors import to_torch, to_tvm_tensor
 from .trampolines import PyFuncBridge
+from .upstream import UpstreamInterface
 
 
-class LiveModule:
+class LiveModule(UpstreamInterface):
     """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
 
     `%%tvmmodule NAME` cells build one and bind it to `NAME`; without IPython,
@@ -116,19 +116,8 @@ class LiveModule:
         filename = f"<tvmmodule {self.name} cell {number}>"
         register_cell_text(filename, header or f"%%tvmmodule {self.name}", text)
         try:
-            fragment = split_cell(text, key)
-            reset = reset or bool(fragment.full_class)
-            contributions = self._state.contributions
-            others = {} if reset else owners(c for k, c in contributions.items() if k != key)
-            contribution = from_cell(
-                fragment,
-                run=number,
-                filename=filename,
-                origin=origin or f"cell run {number}",
-                module_name=self.name,
-                others=others,
-                namespace=self.namespace,
-                consts=self.consts,
+            contribution, reset = cell_contribution(
+                self._state, text, key, number, filename, origin, reset, self
             )
             return self._apply(self._assembly.propose(contribution, reset=reset), eager=eager)
         except BaseException:
@@ -248,20 +237,6 @@ class LiveModule:
 
         return relax_to_torch_source(fn, self.entry(fn, kind=RELAX, needed_by="as_torch").func)
 
-    def list_functions(self) -> dict[str, list[str]]:
-        """As upstream `BasePyModule.list_functions()`: `{"tir": [...], "relax": [...], "python":
-        [...]}`."""
-        kinds = {PRIMFUNC: "tir", RELAX: "relax", PYFUNC: "python"}
-        listed: dict[str, list[str]] = {"tir": [], "relax": [], "python": []}
-        for name, kind in self.functions.items():
-            listed[kinds[kind]].append(name)
-        return listed
-
-    def get_function(self, name: str) -> Callable:
-        """As upstream `BasePyModule.get_function(name)`: the callable of function `name`."""
-        self.entry(name)
-        return getattr(self, name)
-
     @property
     def consts(self) -> ConstantTable:
         """The module's weights by name: `NAME.consts.fc1_weight` is the constant itself, as
@@ -357,31 +332,6 @@ class LiveModule:
         if name.startswith("_"):
             raise AttributeError(name)
         return LazyCallable(self._calls, self.name, self.entry(name))
-
-    def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
-        """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function);
-        `out_sinfo=` is TVM's spelling before 0.27."""
-        return call_tir(self, tir_func, args, out_ty, out_sinfo)
-
-    def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
-        """Call global packed function `name` destination-passing style, as upstream does."""
-        return call_dps_packed(name, args, out_ty, out_sinfo, self.device)
-
-    def call_py_func(self, name: str, args):
-        """Call pyfunc `name` with `args` (a list or tuple), `self` being this live module."""
-        self.entry(name, kind=PYFUNC, needed_by="call_py_func")
-        return self._calls.handle(name)(*(args if isinstance(args, (list, tuple)) else [args]))
-
-    @staticmethod
-    def _convert_pytorch_to_tvm(tensors):
-        """As upstream `BasePyModule`: torch tensors (one, or a list) as TVM tensors."""
-        return to_tvm_tensor(tensors)
-
-    @staticmethod
-    def _convert_tvm_to_pytorch(tensors):
-        """As upstream `BasePyModule`: TVM tensors (one, or a list) as torch tensors."""
-        converted = to_torch(tensors)
-        return list(converted) if isinstance(tensors, list) else converted
 
     # -- lifetime ------------------------------------------------------------------
     @property

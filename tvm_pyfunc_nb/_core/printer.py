@@ -24,7 +24,6 @@ import ast
 import tvm
 from tvm import relax
 
-from ..errors import CallError
 from .cells import reindent
 
 # PEP 695 output (`class Module[n]`-style) is chosen by default on Python >= 3.12
@@ -64,22 +63,6 @@ def module_script(name: str, ir_mod: tvm.IRModule, *, py_module: bool = False) -
     for first, last, new in sorted(edits, reverse=True):
         lines[first - 1 : last] = [new]
     return _extra_imports(pyfuncs, py_module) + "".join(lines)
-
-
-def function_script(name: str, ir_mod: tvm.IRModule, fn_name: str) -> str:
-    """One function's text at column 0, as it appears in `module_script`.
-
-    A pyfunc's is its exact source; a PrimFunc's or Relax function's is its
-    slice of the module script, whose references (`cls.f`, symbolic dims)
-    are those of the whole module.
-    """
-    pyfuncs = _pyfunc_sources(ir_mod)
-    if fn_name in pyfuncs:
-        return pyfuncs[fn_name]
-    members = member_sources(module_script(name, ir_mod))
-    if fn_name not in members:
-        raise CallError(f"module `{name}` has no function `{fn_name}`", function=fn_name)
-    return members[fn_name]
 
 
 def member_sources(script: str) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Two small Relax rewrites that cell-by-cell assembly needs.
+"""Small Relax rewrites and queries that cell-by-cell assembly and compiling need.
 
 - `rebind_global_vars`: functions parsed in different cells refer to each
   other through different `GlobalVar` objects; a module is only well formed
@@ -6,6 +6,11 @@
 - `rename_py_func_calls`: `R.call_py_func("f", ...)` looks "f" up in one
   process-global registry, so the compiled copy of a module calls a name of
   its own for every call site instead.
+- `rename_dps_packed_calls`: `R.call_dps_packed("f", ...)` goes through a
+  forwarder of the module's own, so a function registered again later is the
+  one that runs.
+- `relax_closure` and `sub_module`: the functions a Relax function needs, and
+  the module of just those.
 """
 
 from __future__ import annotations

@@ -39,9 +39,8 @@ from .importing import typed_global_var
 if TYPE_CHECKING:
     from .live_module import LiveModule
 
-SCHEDULED_NAME = (
-    "main"  # the kernel's name inside the schedule, so that block lookups need no func_name
-)
+# the kernel's name inside the schedule, so that block lookups need no func_name
+SCHEDULED_NAME = "main"
 
 
 def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm.tirx.PrimFunc:

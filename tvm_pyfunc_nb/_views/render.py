@@ -24,7 +24,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from .._core.assembly import notices_text
+from .._core.assembly import Markup, notice_lines, notices_text
 from .._core.build import CompileRecord
 from .._core.call_table import CallRecord
 from .._core.cells import PRIMFUNC, PYFUNC, RELAX
@@ -256,37 +256,23 @@ def cell_text(result: UpdateResult, by: str | None = "this cell") -> str:
     return notices_text(result, by)
 
 
+class _HtmlMarkup(Markup):
+    def name(self, name: str) -> str:
+        return f"<code>{escape(name)}</code>"
+
+    def text(self, text: str) -> str:
+        return escape(text)
+
+    def kind(self, kind: str) -> str:
+        return _badge(kind)
+
+    def module(self, module: str) -> str:
+        return f"<b>{escape(module)}</b>"
+
+
 def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
-    """The notices of a change as HTML: the same lines as `notices_text`, names in code."""
-    defined = ", ".join(
-        f"<code>{escape(n)}</code> {_badge(result.kinds.get(n, '?'))}" for n in result.defined
-    )
-    module = escape(result.module)
-    lines = [f"<b>{module}</b>: {escape(by or result.by)} defines {defined or 'nothing'}"]
-    lines += [
-        f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
-        for n, origin in result.replaced.items()
-    ]
-    lines += [
-        f"<code>{escape(n)}</code> is the definition from {escape(origin)} again"
-        for n, origin in result.restored.items()
-    ]
-    if result.removed:
-        removed = ", ".join(f"<code>{escape(n)}</code>" for n in result.removed)
-        lines.append(f"removed from {module}: {removed}")
-    lines += [
-        f"<code>{escape(fn)}</code> calls pyfunc "
-        f"{', '.join(f'<code>{escape(n)}</code>' for n in names)} with R.call_py_func, which is "
-        "not defined yet (define it before calling; nothing will need recompiling)"
-        for fn, names in result.waiting.items()
-    ]
-    lines += [
-        f"<code>{escape(n)}</code> is also the name of a live module attribute: call it with "
-        f"<code>{module}.get_function({escape(repr(n))})</code>"
-        for n in result.shadowed
-    ]
-    if result.compiled:
-        lines.append("compiled now: " + ", ".join(escape(c) for c in result.compiled))
+    """The notices of a change as HTML: the lines of `notices_text`, names in code."""
+    lines = notice_lines(result, by, _HtmlMarkup())
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
 
 
