@@ -17,7 +17,7 @@ from tvm import relax
 
 from ..errors import CallError
 from .assembly import Assembly
-from .call_errors import refused
+from .call_errors import refused, unknown_function
 from .call_table import CallTable
 from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
 from .cells import PRIMFUNC, PYFUNC
@@ -52,7 +52,10 @@ class Runner(ABC):
                 f"module `{self.live.name}` was dropped; run its cells again to rebuild it",
                 function=name,
             )
-        entry = self.live.entry(name)
+        entries = self.assembly.state.entries
+        if name not in entries:
+            raise unknown_function(self.live.name, entries, name)
+        entry = entries[name]
         if entry.kind == PYFUNC:
             return pyfunc_callable(self.calls, entry, self.live)
         return self.compiled_callable(entry)
