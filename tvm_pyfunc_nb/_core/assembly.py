@@ -61,6 +61,7 @@ class UpdateResult:
     compiled: list = field(default_factory=list)  # CompileRecords of an eager compile
     # defined names that one of the live module's own attributes hides
     shadowed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # changes made on the way in (repairs)
 
     def __repr__(self) -> str:
         return notices_text(self)
@@ -94,6 +95,7 @@ def notice_lines(result: UpdateResult, by: str | None = None, markup=PLAIN) -> l
 
     defined = ", ".join(f"{m.name(n)} {m.kind(result.kinds.get(n, '?'))}" for n in result.defined)
     lines = [f"{m.module(module)}: {m.text(by or result.by)} defines {defined or 'nothing'}"]
+    lines += [m.text(note) for note in result.notes]
     lines += [
         f"{m.name(n)} replaces the definition from {m.text(o)}" for n, o in result.replaced.items()
     ]
@@ -269,6 +271,7 @@ class Assembly:
             by=contribution.origin if contribution else "removing functions",
             defined=defined,
             kinds={name: state.entries[name].kind for name in defined if name in state.entries},
+            notes=list(contribution.notes) if contribution else [],
         )
         for name in defined:
             earlier = before.get(name)

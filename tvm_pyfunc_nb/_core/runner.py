@@ -11,18 +11,20 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tvm import relax
 
-from ..errors import CallError
+from ..errors import CallError, TVMModuleError
 from .assembly import Assembly
 from .call_errors import refused, unknown_function
 from .call_table import CallTable
 from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
-from .cells import PRIMFUNC, PYFUNC
+from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiler import Compiler
 from .contributions import FunctionEntry
+from .guard_sites import name_the_binding
 from .remote import RemoteDevice
 from .tensors import to_tvm_tensor
 from .timing import evaluator_samples
@@ -92,9 +94,22 @@ class LocalRunner(Runner):
             except CallError as err:
                 raise CallError(err.detail, function=name) from err.__cause__
         compiled = tuple(stats.since(mark))
+        explain = partial(self._stopped_in, linked, name) if entry.kind == RELAX else None
         return compiled_callable(
-            self.calls, entry, function, compiled, device=self.device, writes_args=writes_args
+            self.calls,
+            entry,
+            function,
+            compiled,
+            device=self.device,
+            writes_args=writes_args,
+            explain=explain,
         )
+
+    def _stopped_in(self, linked, fn: str, error: TVMModuleError) -> TVMModuleError:
+        """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did."""
+        live = self.live
+        prefix = f"{live.name}.consts."
+        return name_the_binding(error, linked.mod, linked.lowered, fn, live.consts, prefix)
 
     def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
         return run_compiled(entry, linked.vm(self.device)[fn], args, device=self.device)
