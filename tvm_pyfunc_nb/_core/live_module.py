@@ -49,7 +49,15 @@ from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .remote import DEFAULT_TIMEOUT, RemoteRunner
 from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
 from .tensors import to_torch, to_tvm_args, to_tvm_tensor
-from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
+from .timing import (
+    Measurement,
+    Timing,
+    evaluator_samples,
+    name_of,
+    reference_measurement,
+    tvm_threads,
+    wall_clock_samples,
+)
 from .tracing import Trace, tapped, traced_values
 from .trampolines import PyFuncBridge
 
@@ -474,23 +482,14 @@ class LiveModule:
                 if origin is None
                 else f"op by op needs the model `{fn}` was imported from with add_torch"
             )
+            names, outputs = output_differences(actual, expected, rtol, atol)
             return Comparison(
-                self.name,
-                fn,
-                rtol,
-                atol,
-                output_differences(actual, expected, rtol, atol),
-                why_not_op_by_op=why,
+                self.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names
             )
         trace = self.trace(fn, *args)
-        return Comparison(
-            self.name,
-            fn,
-            rtol,
-            atol,
-            output_differences(trace.output, expected, rtol, atol),
-            op_checks(trace, origin, args, rtol, atol),
-        )
+        names, outputs = output_differences(trace.output, expected, rtol, atol)
+        ops = op_checks(trace, self.entry(fn).func, origin, args, rtol, atol)
+        return Comparison(self.name, fn, rtol, atol, outputs, ops, output_names=names)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline (with the kernels
@@ -531,9 +530,8 @@ class LiveModule:
         entry = self.entry(fn)
         self.get_function(fn)(*args)  # compiles if needed, and checks the arguments
         if entry.kind == PYFUNC:
-            mine = Measurement(
-                fn, wall_clock_samples(self.get_function(fn), args, number, repeat), "wall clock"
-            )
+            samples = wall_clock_samples(self.get_function(fn), args, number, repeat)
+            mine = Measurement(fn, samples, "wall clock", torch.get_num_threads())
         else:
             samples = self._time_compiled(entry, args, number, repeat)
             where = (
@@ -541,20 +539,24 @@ class LiveModule:
                 if self._remote
                 else (self.device_name)
             )
-            mine = Measurement(fn, samples, f"time_evaluator on {where}")
+            on_cpu = (
+                self._remote is None
+                and self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+            )
+            threads = tvm_threads() if on_cpu else None
+            mine = Measurement(fn, samples, f"time_evaluator on {where}", threads)
         reference = None
         if against is not None:
             try:
-                against(*args)
+                with torch.inference_mode():
+                    against(*args)
             except Exception as err:
                 raise CallError(
                     f"the reference `{name_of(against)}` refused these arguments: "
                     f"{type(err).__name__}: {last_reason(err)}",
                     function=fn,
                 ) from err
-            reference = Measurement(
-                name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
-            )
+            reference = reference_measurement(against, args, number, repeat, mine.threads)
         return Timing(mine, reference, self._guard_note(entry))
 
     def _time_compiled(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
