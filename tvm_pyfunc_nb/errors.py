@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 MAX_DETAIL_LINES = 12
 # TVM's assertion prefix, `Check failed: (IsBaseOf(a, b)) is false: `, says nothing to a user
-_CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false:\s*")
+_CHECK_FAILED = re.compile(r"^Check failed: \((.*?)\) is false:\s*")
 
 
 class TVMModuleError(Exception):
@@ -113,6 +113,30 @@ def last_reason(err: BaseException) -> str:
     useful = [ln for ln in lines if not _is_noise(ln)]
     text = _CHECK_FAILED.sub("", useful[-1]) if useful else type(err).__name__
     return text if len(text) < 300 else text[:297] + "..."
+
+
+# A line of generated code quoted in an error (LLVM IR: `%12 = fcmp oeq i1 %8, %11, !dbg !42`)
+_CODE_LINE = re.compile(r"^(%[\w.]+ = |!\d|define |declare |store |br |ret |call |tail call )")
+
+
+def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
+    """TVM's reason in a sentence or two: its message without backtraces, without the code it
+    quotes (a line of LLVM IR, an offending call named by the pipeline's internal names)."""
+    kept = []
+    for line in str(err).strip().splitlines():
+        line = line.strip()
+        if line.startswith("Offending call:"):
+            break
+        if line and not _is_noise(line) and not _CODE_LINE.match(line):
+            check = _CHECK_FAILED.match(line)
+            rest = line[check.end() :] if check else line
+            # an assertion with no message: its condition is all TVM says
+            kept.append(rest or f"TVM's internal check `{check.group(1)}` failed")
+    text = " ".join(kept) or type(err).__name__
+    if len(text) > max_chars:
+        cut = text.rfind(". ", 0, max_chars)
+        text = text[: cut + 1] if cut > 0 else text[: max_chars - 3] + "..."
+    return text
 
 
 @contextlib.contextmanager

@@ -145,6 +145,7 @@ class Compiler:
                 culprit = err.function if err.function in entries else name
                 detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
                 failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
+                failures[name].__cause__ = err.__cause__ or err  # TVM's own error, for %tb
         good = [n for n in relax_names if n not in failures]
         good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
         for name in set(relax_names) - set(good) - set(failures):
@@ -153,10 +154,13 @@ class Compiler:
                 f"calls `{culprit}`, which does not compile: {failures[culprit].detail}",
                 function=name,
             )
+            failures[name].__cause__ = failures[culprit].__cause__
         linked = self.build.link(self.vm_module(state, good), use_cache=use_cache) if good else None
         return linked, failures
 
 
 def placed(err: CompileError, entry: FunctionEntry) -> CompileError:
     """`err` (a kernel that does not compile) naming the function and its line in its cell."""
-    return CompileError(err.detail, function=entry.name, line=entry.line)
+    placed = CompileError(err.detail, function=entry.name, line=entry.line)
+    placed.__cause__ = err.__cause__
+    return placed

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import tvm
 from tvm import relax
 
 from ..errors import CallError, TVMModuleError
@@ -45,6 +46,11 @@ class Runner(ABC):
     def where(self) -> str:
         """The device compiled code runs on, as a user reads it."""
         return str(self.device)
+
+    @property
+    def on_this_cpu(self) -> bool:
+        """Whether compiled code runs on this machine's CPU (on TVM's thread pool here)."""
+        return self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
 
     def resolve(self, name: str) -> Callable:
         """The callable of function `name`, compiling what it needs (the call table keeps it
@@ -138,6 +144,10 @@ class RemoteRunner(Runner):
     @property
     def where(self) -> str:
         return f"remote {self.remote.device_name} ({self.remote.address})"
+
+    @property
+    def on_this_cpu(self) -> bool:
+        return False
 
     def compiled_callable(self, entry: FunctionEntry) -> Callable:
         state, name, remote = self.assembly.state, entry.name, self.remote
