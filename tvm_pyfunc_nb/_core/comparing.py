@@ -336,7 +336,8 @@ def compare(
         expected = reference(*args)
     if origin is None or origin.model is not reference or live.entry(fn).kind != RELAX:
         actual = live.get_function(fn)(*args)
-        why = "" if origin is None else f"op by op needs the model `{fn}` was imported from"
+        why = f"op by op needs the model `{fn}` was imported from with add_torch"
+        why = why if origin is not None else ""
         names, outputs = output_differences(actual, expected, rtol, atol)
         return Comparison(
             live.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names
