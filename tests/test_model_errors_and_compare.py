@@ -152,10 +152,11 @@ def test_an_op_that_cannot_be_lowered_is_named_by_its_binding_not_the_pipelines_
 def test_compare_on_a_correct_resnet_finds_no_divergence_and_names_its_outputs(shell):
     torch.manual_seed(0)
     config = transformers.ResNetConfig(
-        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
     )
     resnet = transformers.ResNetModel(config).eval()
-    x = torch.randn(1, 3, 32, 32)
+    # float32 rounding alone once made 4 of these ops FAIL and a conv2d "diverge"
+    x = torch.randn(1, 3, 64, 64)
     m = module(shell)
     m.add_torch(resnet, (x,))
     comparison = m.compare("main", resnet, x)
