@@ -77,7 +77,9 @@ def bert_config() -> transformers.BertConfig:
     ("model", "code"),
     [(Branchy, "if y.sum() > 0:"), (SizedByData, "return torch.zeros(int(y.sum()))")],
 )
-def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(shell, model, code):
+def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(
+    shell, capsys, model, code
+):
     m = module(shell)
     with pytest.raises(ModelImportError) as info:
         m.add_torch(model(), (torch.randn(3),))
@@ -88,6 +90,7 @@ def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(s
     assert "The error above occurred" not in message
     assert len(message.splitlines()) <= MAX_MESSAGE_LINES
     assert "The error above occurred" in str(info.value.__cause__)  # PyTorch's whole story
+    assert "def forward(" not in capsys.readouterr().err  # nor the graph it had traced
     assert m.functions == {}
 
 
