@@ -277,3 +277,17 @@ def test_a_dimension_that_cannot_be_dynamic_fails_at_import_naming_it(shell):
     assert message.startswith("Interleaved cannot be dynamic in `")
     assert "(x.shape[1]): TVM cannot tell the shape of `lv2 = R.add(lv, lv1)`" in message
     assert m.functions == {}
+
+
+def test_the_module_keeps_its_own_copy_of_the_weights(shell):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    x = torch.randn(2, 4)
+    shell.ns.update(model=model.eval(), x=x)
+    shell.run("%tvmmodule m")
+    shell.run("m.add_torch(model, (x,))")
+    before = shell.eval("m.main(x)")
+    with torch.no_grad():
+        model[0].weight.mul_(3.0)  # the model trains on, say
+    assert torch.equal(shell.eval("m.main(x)"), before)  # imported weights are the module's own
+    assert not shell.eval("m.compare('main', model, x)").passed  # and compare sees the drift

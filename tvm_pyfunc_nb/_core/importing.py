@@ -231,6 +231,10 @@ def import_torch(
             exported = exported.run_decompositions()  # as from_exported_program does
     except Exception as err:  # torch raises many types for a model it cannot export
         raise export_failure(model, err) from err
+    # TVM's importer takes weights through DLPack, sharing their memory: with copies, training
+    # the model on (or editing its weights) never silently changes what the module computes
+    for key, value in list(exported.state_dict.items()):
+        exported.state_dict[key] = value.detach().clone()
     importer = ExportedProgramImporter()
     try:
         mod = importer.from_exported_program(exported, False, True, False, bounded_slices(exported))
