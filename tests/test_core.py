@@ -74,7 +74,7 @@ def committed(assembly: Assembly, text: str, key: str):
 def parts():
     stats = CompileStats()
     assembly = Assembly("m")
-    calls = CallTable(stats, {}, lambda name: False)
+    calls = CallTable(stats, {})
     compiler = Compiler(Build(ModuleOptions(), stats, module_name="m"), PyFuncBridge(calls, "m"))
     yield assembly, compiler, calls
     compiler.bridge.close()
@@ -152,7 +152,7 @@ def test_the_call_table_resolves_once_and_lets_go_on_a_change():
         resolved.append(name)
         return lambda *args: (name, args)
 
-    table = CallTable(CompileStats(), published, lambda name: name == "reserved")
+    table = CallTable(CompileStats(), published, frozenset({"reserved"}))
     table.resolver = resolver
     assert table.handle("f")(1) == ("f", (1,))
     assert table.handle("f") is published["f"]  # kept and published: a plain attribute

@@ -64,15 +64,15 @@ class CallTable:
 
     `resolver(name)` makes the callable of `name` (compiling what it needs), and is set
     once the runner exists; `published` receives each callable under its function's name,
-    unless the name is in `reserved` (the owner's own attributes).
+    unless the name is one of `reserved` (the owner's own attributes) or private.
     """
 
-    def __init__(self, stats, published: dict[str, Any], reserved: Callable[[str], bool]):
+    def __init__(self, stats, published: dict[str, Any], reserved: frozenset[str] = frozenset()):
         self.version = 0
         self.records: dict[str, tuple] = {}  # name -> the fields of its latest CallRecord
         self.resolver: Callable[[str], Callable] | None = None
         self._published = published
-        self._reserved = reserved
+        self.reserved = reserved
         self.stats = stats
         self.handles: dict[str, Callable] = {}  # name -> its fast callable, until a change
 
@@ -81,7 +81,7 @@ class CallTable:
         fast = self.handles.get(name)
         if fast is None:
             fast = self.handles[name] = self.resolver(name)
-            if name not in self._published and not self._reserved(name):
+            if name not in self._published and name not in self.reserved and name[0] != "_":
                 self._published[name] = fast  # `NAME.fn` is a plain attribute lookup from now on
         return fast
 

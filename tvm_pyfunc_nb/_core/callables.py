@@ -210,23 +210,6 @@ def _positional(name: str, kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) -> insp
     return inspect.Parameter(name if name.isidentifier() else f"arg_{name}", kind)
 
 
-class LazyCallable:
-    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
-    hands over to the fast path."""
-
-    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
-        self._calls, self._module, self._kind = calls, module, entry.kind
-        self.__name__ = entry.name
-        self.__signature__ = signature_of(entry)
-        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
-
-    def __call__(self, *args, **kwargs):
-        return self._calls.handle(self.__name__)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<{self._kind} {self._module}.{self.__name__}>"
-
-
 def call_tir(live, tir_func, args, out_ty, out_sinfo):
     """Allocate the outputs `out_ty` describes, then call PrimFunc `tir_func` of `live`."""
     name = function_name(tir_func)

@@ -24,6 +24,7 @@ asked for what needs one.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -43,7 +44,7 @@ from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import Build, CompileRecord, CompileStats
 from .call_errors import unknown_function, wrong_kind
 from .call_table import CallTable, RecordView
-from .callables import LazyCallable
+from .callables import signature_of
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
@@ -88,7 +89,7 @@ class LiveModule(UpstreamInterface):
         build = Build(self.options, self.stats, persistent_cache, name)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end.compile_hook(self)
-        self._calls = CallTable(self.stats, vars(self), self._reserved)
+        self._calls = CallTable(self.stats, vars(self))
         self._compiler = Compiler(build, PyFuncBridge(self._calls, name))
         parts = (self, self._assembly, self._compiler, self._calls, self.device)
         if remote:
@@ -101,9 +102,7 @@ class LiveModule(UpstreamInterface):
         self._consts = ConstantTable()
         # names `NAME.<name>` gives the module's own, not a function's
         self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
-
-    def _reserved(self, name: str) -> bool:
-        return name in self._own_names or name.startswith("_")
+        self._calls.reserved = self._own_names
 
     # -- contributions -------------------------------------------------------------
     def run_cell(self, text: str, *, key=None, origin=None, reset=False, header=None, eager=False):
@@ -355,3 +354,20 @@ class LiveModule(UpstreamInterface):
 
 def _what(obj) -> str:
     return f"{len(obj)} functions" if isinstance(obj, (list, tuple)) else type(obj).__name__
+
+
+class LazyCallable:
+    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
+    hands over to the fast path."""
+
+    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
+        self._calls, self._module, self._kind = calls, module, entry.kind
+        self.__name__ = entry.name
+        self.__signature__ = signature_of(entry)
+        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
+
+    def __call__(self, *args, **kwargs):
+        return self._calls.handle(self.__name__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} {self._module}.{self.__name__}>"
