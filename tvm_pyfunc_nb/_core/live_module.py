@@ -42,6 +42,7 @@ from .contributions import Contribution, FunctionEntry, from_cell, next_run, own
 from .crash_guards import has_guards
 from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
+from .fault_lines import string_line, tir_call_line
 from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
@@ -749,7 +750,7 @@ class LiveModule:
             ) as err:  # `name` itself, or a PrimFunc it calls (then that one is to blame)
                 culprit = err.function if err.function in entries else name
                 detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
-                failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
+                failures[name] = _placed(err, entries[culprit], detail)
         good = [n for n in relax_names if n not in failures]
         good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
         for name in set(relax_names) - set(good) - set(failures):
@@ -911,9 +912,15 @@ class LiveModule:
             self._bridge.close()
 
 
-def _placed(err: CompileError, entry: FunctionEntry) -> CompileError:
-    """`err` (a kernel that does not compile) naming the function and its line in its cell."""
-    return CompileError(err.detail, function=entry.name, line=entry.line)
+def _placed(err: CompileError, entry: FunctionEntry, detail: str | None = None) -> CompileError:
+    """`err` (a kernel that does not compile) naming the function and the cell line at fault:
+    where what the failure names stands, else the function's first line."""
+    line = None
+    if entry.line:
+        line = string_line(entry.source, err.about) or entry.line
+        if line == entry.line and entry.kind == PRIMFUNC:
+            line = tir_call_line(entry.func, err.about) or line
+    return CompileError(detail or err.detail, function=entry.name, line=line, about=err.about)
 
 
 class _LazyCallable:
