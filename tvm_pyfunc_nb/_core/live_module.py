@@ -154,6 +154,7 @@ class LiveModule:
             None  # (version, vm, failures)
         )
         self._closed = False
+        self._extern_called: dict[str, None] = {}  # packed functions `call_dps_packed` looked up
         me = weakref.ref(self)
         self._build.on_compile = lambda kind, names: front_end.current().compiling(
             me(), kind, names
@@ -340,13 +341,14 @@ class LiveModule:
         return relax_to_torch_source(fn, self._relax_entry(fn, "as_torch").func)
 
     def list_functions(self) -> dict[str, list[str]]:
-        """As upstream `BasePyModule.list_functions()`: `{"tir": [...], "relax": [...], "python":
-        [...]}`.
-        """
-        kinds = {PRIMFUNC: "tir", RELAX: "relax", PYFUNC: "python"}
-        listed: dict[str, list[str]] = {"tir": [], "relax": [], "python": []}
+        """As upstream `BasePyModule.list_functions()`: `{"tirx": [PrimFuncs], "relax": [Relax
+        functions], "extern": [global packed functions call_dps_packed has looked up]}`.
+        Upstream lists no pyfuncs; `functions` has every function with its kind."""
+        listed: dict[str, list[str]] = {"tirx": [], "relax": [], "extern": []}
         for name, kind in self.functions.items():
-            listed[kinds[kind]].append(name)
+            if kind != PYFUNC:
+                listed["tirx" if kind == PRIMFUNC else "relax"].append(name)
+        listed["extern"] = list(self._extern_called)
         return listed
 
     def get_function(self, name: str) -> Callable:
@@ -845,8 +847,15 @@ class LiveModule:
 
     def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
         """Call global packed function `name` destination-passing style, as upstream does: the
-        outputs `out_ty` describes are allocated, passed after `args`, and returned."""
+        outputs `out_ty` describes are allocated, passed after `args`, and returned.
+
+        As upstream, a function of this module named `name` (a pyfunc added with
+        `add_python_function`, say) comes first: it is called with `args` and its result
+        returned."""
         out_ty = _out_ty(out_ty, out_sinfo, "call_dps_packed", name)
+        args = list(args) if isinstance(args, (list, tuple)) else [args]
+        if name in self.functions:
+            return self.get_function(name)(*args)
         func = tvm_ffi.get_global_func(name, allow_missing=True)
         if func is None:
             raise CallError(
@@ -854,7 +863,7 @@ class LiveModule:
                 "with tvm.register_global_func)",
                 function=name,
             )
-        args = list(args) if isinstance(args, (list, tuple)) else [args]
+        self._extern_called[name] = None
         outputs = allocate_outputs(None, name, args, out_ty)
         try:
             func(*to_tvm_args(args), *outputs)
