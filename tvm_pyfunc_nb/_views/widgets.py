@@ -189,7 +189,7 @@ class ModuleWidget(_View):
         return render.module_text(self.live)
 
     def html(self) -> str:
-        return render.module_html(self.live)
+        return render.module_html(self.live, drawn=self.drawn)
 
 
 class ProgressLine(widgets.HTML):
