@@ -21,6 +21,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
+from cells import SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
@@ -816,3 +817,13 @@ def test_compare_on_an_added_function_that_replaced_an_import_compares_outputs_o
     nets.add(replacement, name="mlp")
     comparison = nets.compare("mlp", mlp, randn("mlp"))
     assert comparison.ops is None
+
+
+def test_compare_of_a_function_not_from_add_torch_says_it_compared_outputs_only(shell):
+    shell.cell("demo", SCALE_PYFUNC)
+    x = torch.arange(4.0)
+    comparison = shell.ns["demo"].compare("scale", lambda v: v * 11, x)
+    assert comparison.ops is None and not comparison.passed
+    assert comparison.verdict().startswith("scale does not match; outputs only: `scale` was not")
+    assert "no op diverges alone" not in shell.text(comparison)
+    assert shell.ns["demo"].compare("scale", lambda v: v * 10, x).passed

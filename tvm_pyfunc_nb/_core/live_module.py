@@ -473,7 +473,8 @@ class LiveModule:
         if origin is None or origin.model is not reference or self.entry(fn).kind != RELAX:
             actual = self.get_function(fn)(*args)
             why = (
-                ""
+                f"outputs only: `{fn}` was not imported with add_torch, so there is no graph to "
+                "go op by op with"
                 if origin is None
                 else f"op by op needs the model `{fn}` was imported from with add_torch"
             )
