@@ -161,19 +161,6 @@ def test_a_pane_called_after_its_cell_ran_says_so_in_the_static_html(shell):
     assert view.display_handle.display_id == drawn.transient["display_id"]
 
 
-def test_the_module_view_from_show_follows_later_calls_in_its_static_html(shell):
-    shell.cell("demo", ADD_TIR + MAIN_PYFUNC, options="--quiet")
-    with capture_output() as shown:
-        shell.run("demo.show()")
-        shell.run(INPUTS + "demo.main(x, y)")
-    drawn, update = shown.outputs
-    assert "not called yet" in visible(drawn.data["text/html"])
-    assert update.update and update.transient["display_id"] == drawn.transient["display_id"]
-    static = visible(update.data["text/html"])
-    assert "called after the cell of this view ran" in static and "[2, 4, 6, 8]" in static
-    assert "latest call (float32[4], float32[4]) -> float32[4]" in update.data["text/plain"]
-
-
 def test_a_progress_line_ends_saying_where_the_work_ended(shell):
     """What `tune` shows while it runs; a saved notebook keeps the line as it ended, not as it
     started."""

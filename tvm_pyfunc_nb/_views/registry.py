@@ -103,7 +103,11 @@ class NotebookFrontEnd(FrontEnd):
         self._watches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def show(self, live: LiveModule) -> None:
-        display_view(module_view(live))
+        """The module view, shown as it is now: its static text and HTML stay as drawn (the
+        module it shows may gain and lose functions later, as a cell's view does not)."""
+        from IPython.display import display
+
+        display(module_view(live))
 
     def next_input(self, text: str) -> bool:
         """`text` in a new cell below, and in this cell's output what was opened: a notebook

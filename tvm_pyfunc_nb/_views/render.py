@@ -296,20 +296,14 @@ def cell_html(
 ) -> str:
     """A cell's view as static HTML. A call made after the view was `drawn` (a later cell's) is
     marked: a saved notebook shows the view as it was when the notebook stopped."""
-    rows = [
-        function_row_html(script_html(scripts[name]), _latest_html(live, name, drawn, "this cell"))
-        for name in result.defined
-    ]
+    rows = []
+    for name in result.defined:
+        record = live.last_calls.get(name)
+        results = results_html(live, name, record)
+        if record is not None and drawn is not None and record.when > drawn:
+            results = _muted("called after this cell ran, by a later cell:", "div") + results
+        rows.append(function_row_html(script_html(scripts[name]), results))
     return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
-
-
-def _latest_html(live: LiveModule, name: str, drawn: float | None, view: str) -> str:
-    """The results of `name`'s latest call, saying so if it came after the `view` was drawn."""
-    record = live.last_calls.get(name)
-    results = results_html(live, name, record)
-    if record is not None and drawn is not None and record.when > drawn:
-        results = _muted(f"called after {view} ran, by a later cell:", "div") + results
-    return results
 
 
 # -- a module --------------------------------------------------------------------------
@@ -354,14 +348,13 @@ def torch_html(sources: dict[str, str]) -> str:
     )
 
 
-def module_html(live: LiveModule, drawn: float | None = None) -> str:
-    """The module view as static HTML: its tabs become `<details>` sections. A call made after
-    the view was `drawn` is marked, as in a cell's view."""
+def module_html(live: LiveModule) -> str:
+    """The module view as static HTML: its tabs become `<details>` sections."""
     script, members = scripts(live)
     sections = []
     for name, kind in live.functions.items():
         row = function_row_html(
-            script_html(members[name]), _latest_html(live, name, drawn, "the cell of this view")
+            script_html(members[name]), results_html(live, name, live.last_calls.get(name))
         )
         sections.append(_details(f"{escape(name)} {_badge(kind)}", row, opened=not sections))
     sections.append(_details("module script", script_html(script)))

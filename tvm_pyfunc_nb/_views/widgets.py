@@ -163,10 +163,10 @@ class ModuleWidget(_View):
         self.refresh()
 
     def refresh(self) -> None:
-        rebuilt = self.live.ir_mod is not self._ir_mod and self._ir_mod is not None
         if self.live.ir_mod is not self._ir_mod:
             self._build()
-        self.follow(any([pane.refresh() for pane in self.panes]) or rebuilt)
+        for pane in self.panes:
+            pane.refresh()
 
     def _build(self) -> None:
         self._ir_mod = self.live.ir_mod
@@ -189,7 +189,7 @@ class ModuleWidget(_View):
         return render.module_text(self.live)
 
     def html(self) -> str:
-        return render.module_html(self.live, drawn=self.drawn)
+        return render.module_html(self.live)
 
 
 class ProgressLine(widgets.HTML):
