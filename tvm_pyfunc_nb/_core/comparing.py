@@ -137,7 +137,9 @@ class Comparison:
             )
         if self.passed:
             return f"{self.function} matches within rtol={self.rtol}, atol={self.atol}"
-        return f"{self.function} does not match; {self.why_not_op_by_op or 'no op diverges alone'}"
+        if self.ops is None:  # why not op by op is the line after the outputs
+            return f"{self.function} does not match"
+        return f"{self.function} does not match; no op diverges alone"
 
     def __repr__(self) -> str:
         lines = [
