@@ -9,8 +9,10 @@ script, the same numbers from the functions that worked before.
 from __future__ import annotations
 
 import gc
+import html
 import inspect
 import math
+import re
 import textwrap
 from collections.abc import Callable, Mapping
 
@@ -19,6 +21,8 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
+from cells import SCALE_PYFUNC
+from IPython.utils.capture import capture_output
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 from tvm.script import ir as I
@@ -603,8 +607,16 @@ def test_edit_puts_the_text_into_the_next_input(shell, models):
     m.add(cube)
     shell.ip.rl_next_input = None
     try:
-        assert m.edit("mlp") is None  # in the shell: not returned, but put below
+        with capture_output() as shown:
+            assert m.edit("mlp") is None  # in the shell: not returned, but put below
         assert shell.ip.rl_next_input == m.edit_text("mlp")
+        # and said in the output, which a notebook run without a front end (a saved one) keeps
+        (said,) = shown.outputs
+        head = said.data["text/plain"].splitlines()[0]
+        assert head.startswith("opened `mlp` in a new cell below") and "%%tvmmodule m" in head
+        assert said.data["text/plain"].endswith(m.edit_text("mlp"))
+        shown_html = html.unescape(re.sub(r"<[^>]+>", "", said.data["text/html"]))
+        assert "def mlp(" in shown_html and "<details>" in said.data["text/html"]
         shell.ip.rl_next_input = None
         shell.run("%tvmmodule_edit m.cube")
         assert shell.ip.rl_next_input == m.edit_text("cube")
@@ -805,3 +817,15 @@ def test_compare_on_an_added_function_that_replaced_an_import_compares_outputs_o
     nets.add(replacement, name="mlp")
     comparison = nets.compare("mlp", mlp, randn("mlp"))
     assert comparison.ops is None
+
+
+def test_compare_of_a_function_not_from_add_torch_says_it_compared_outputs_only(shell):
+    shell.cell("demo", SCALE_PYFUNC)
+    x = torch.arange(4.0)
+    comparison = shell.ns["demo"].compare("scale", lambda v: v * 11, x)
+    assert comparison.ops is None and not comparison.passed
+    assert comparison.verdict() == "scale does not match"
+    shown = shell.text(comparison)
+    assert shown.count("outputs only: `scale` was not imported with add_torch") == 1, shown
+    assert "no op diverges alone" not in shown
+    assert shell.ns["demo"].compare("scale", lambda v: v * 10, x).passed

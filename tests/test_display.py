@@ -15,6 +15,7 @@ from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import LiveModule
+from tvm_pyfunc_nb._core import front_end
 from tvm_pyfunc_nb._views import registry, widgets
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -137,6 +138,44 @@ def test_a_long_compile_shows_in_the_views_of_its_module(shell, monkeypatch):
     while view.progress.layout.display != "none" and time.monotonic() < deadline:
         time.sleep(0.02)
     assert view.progress.layout.display == "none" and view.progress.value == ""
+
+
+def test_a_pane_called_after_its_cell_ran_says_so_in_the_static_html(shell):
+    """A front end without widgets (GitHub, a saved notebook) shows the text and HTML of the
+    cell's output: they follow the panes, under the display id the cell's output has."""
+    with capture_output() as shown:
+        view = shell.cell("demo", ADD_TIR + MAIN_PYFUNC)
+        shell.run(INPUTS + "z = 1")  # a cell that calls nothing changes nothing
+        first = len(shown.outputs)
+        shell.run("demo.main(x, y)")
+    drawn, *updates = shown.outputs
+    assert {WIDGET_MIME, "text/plain", "text/html"} <= set(drawn.data) and not drawn.update
+    assert "not called yet" in visible(drawn.data["text/html"])
+    assert first == 1 and len(updates) == 1, [o.data.get("text/plain") for o in shown.outputs]
+    (update,) = updates
+    assert update.update and update.transient["display_id"] == drawn.transient["display_id"]
+    static = visible(update.data["text/html"])
+    assert static.count("called after this cell ran") == 2, static  # main, and add_tir through it
+    assert "[2, 4, 6, 8]" in static and "not called yet" not in static
+    assert update.data[WIDGET_MIME] == drawn.data[WIDGET_MIME]  # the same widget, drawn again
+    assert view.display_handle.display_id == drawn.transient["display_id"]
+
+
+def test_a_progress_line_ends_saying_where_the_work_ended(shell):
+    """What `tune` shows while it runs; a saved notebook keeps the line as it ended, not as it
+    started."""
+    shell.cell("demo", ADD_TIR)
+    with capture_output() as shown:
+        progress = front_end.current().progress(shell.ns["demo"], "tuning add_tir", 8)
+        for done in range(1, 9):
+            progress.step(done, f"best {done} ms")
+        progress.close()
+    started, ended = shown.outputs
+    assert started.data["text/plain"] == "tuning add_tir: 0 of 8"
+    assert ended.update and ended.transient["display_id"] == started.transient["display_id"]
+    assert ended.data["text/plain"] == "tuning add_tir: 8 of 8 · best 8 ms"
+    assert "8 of 8 · best 8 ms" in visible(ended.data["text/html"])
+    assert "width:100%" in ended.data["text/html"]  # the bar is full
 
 
 # -- the module view -----------------------------------------------------------------------

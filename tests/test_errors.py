@@ -547,10 +547,22 @@ def f(x: R.Tensor((4,), "float32")):
     BadCell(
         "call-tir-of-a-pyfunc",
         """
-@R.function  # <-
+@R.function
 def f(x: R.Tensor((4,), "float32")):
     cls = demo
-    return R.call_tir(cls.scale, (x,), out_ty=R.Tensor((4,), "float32"))
+    return R.call_tir(cls.scale, (x,), out_ty=R.Tensor((4,), "float32"))  # <-
+""",
+        IllFormedModuleError,
+        "f",
+    ),
+    BadCell(
+        "call-py-func-of-a-kernel",
+        """
+@R.function
+def f(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
+    z = R.add(x, y)
+    w = R.multiply(z, z)
+    return R.call_py_func("add_tir", w, out_ty=R.Tensor((4,), "float32"))  # <-
 """,
         IllFormedModuleError,
         "f",
@@ -619,9 +631,10 @@ def f(a: T.handle):
     BadCell(
         "thread-binding-on-cpu",
         """
-@T.prim_func  # <-
+@T.prim_func
 def f(A: T.Buffer((4,), "float32")):
-    tx = T.launch_thread("threadIdx.x", 4)
+    A[0] = 2.0
+    tx = T.launch_thread("threadIdx.x", 4)  # <-
     A[tx] = 1.0
 """,
         CompileError,
@@ -631,10 +644,10 @@ def f(A: T.Buffer((4,), "float32")):
     BadCell(
         "extern-symbol-the-process-lacks",
         """
-@T.prim_func  # <-
+@T.prim_func
 def f(A: T.Buffer((4,), "float32")):
     for i in range(4):
-        A[i] = T.call_extern("float32", "no_such_symbol_xyz", A[i])
+        A[i] = T.call_extern("float32", "no_such_symbol_xyz", A[i])  # <-
 """,
         CompileError,
         "f",
@@ -643,10 +656,10 @@ def f(A: T.Buffer((4,), "float32")):
     BadCell(
         "relax-calls-a-kernel-that-does-not-compile",
         """
-@T.prim_func  # <-
+@T.prim_func
 def k(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
     for i in range(4):
-        B[i] = T.call_extern("float32", "no_such_symbol_xyz", A[i])
+        B[i] = T.call_extern("float32", "no_such_symbol_xyz", A[i])  # <-
 
 @R.function
 def f(x: R.Tensor((4,), "float32")):
@@ -656,6 +669,48 @@ def f(x: R.Tensor((4,), "float32")):
         CompileError,
         "k",
         call="demo.f(X)",
+    ),
+    BadCell(
+        "storage-scope-unknown-in-match-buffer",
+        """
+@T.prim_func
+def f(a: T.handle):
+    A = T.match_buffer(a, (4,), "float32", scope="no_such_scope")  # <-
+    for i in range(4):
+        A[i] = T.float32(1)
+""",
+        CompileError,
+        "f",
+        call="demo.f(torch.zeros(4))",
+    ),
+    BadCell(
+        "storage-scope-unknown-in-alloc-buffer",
+        """
+@T.prim_func
+def f(A: T.Buffer((4,), "float32")):
+    B = T.alloc_buffer((4,), "float32",
+                       scope="no_such_scope")  # <-
+    for i in range(4):
+        B[i] = T.float32(1)
+    for i in range(4):
+        A[i] = B[i]
+""",
+        CompileError,
+        "f",
+        call="demo.f(torch.zeros(4))",
+    ),
+    BadCell(
+        "intrinsic-of-a-dtype-llvm-lacks",
+        """
+@T.prim_func
+def f(A: T.Buffer((4,), "float32")):
+    A[0] = 2.0
+    for i in range(4):
+        A[i] = T.float32(1) + T.exp(T.int32(1))  # <-
+""",
+        CompileError,
+        "f",
+        call="demo.f(torch.zeros(4))",
     ),
     BadCell(
         "packed-function-not-registered",
@@ -841,7 +896,7 @@ def test_compile_error_names_function_target_and_reason_in_one_line(seed):
     finally:
         seed.live.drop_functions("compile-line")
     assert str(err) == (
-        "`f`, cell line 3: does not compile for target llvm: calls external symbol(s) "
+        "`f`, cell line 6: does not compile for target llvm: calls external symbol(s) "
         "no_such_symbol_xyz, which this process does not provide"
     )
     seed.assert_intact()
@@ -851,7 +906,8 @@ def test_an_error_about_another_cell_says_which_cell(seed):
     case = CELLS[[c.id for c in CELLS].index("pyfunc-redefined-as-a-kernel-breaks-a-caller")]
     err = seed.shell.cell("demo", case.body, cell_id="blame", expect_error=IllFormedModuleError)
     assert err.line is None  # pipeline's line is not a line of this cell
-    assert "`pipeline` is defined in cell" in str(err) and "line 3" in str(err)
+    # the line of its `R.call_py_func("scale", ...)` in the seed cell, not its decorator's
+    assert "`pipeline` is defined in cell" in str(err) and "line 10)" in str(err)
     seed.assert_intact()
 
 

@@ -422,11 +422,61 @@ def test_signatures_show_the_real_parameters(shell):
 def test_list_functions_and_get_function_as_upstream(shell):
     shell.cell("demo", ADD_TIR + MAIN_PYFUNC + MAIN_RELAX)
     demo = shell.ns["demo"]
-    assert demo.list_functions() == {
-        "tir": ["add_tir"],
-        "relax": ["main_relax"],
-        "python": ["main"],
-    }
+    assert demo.list_functions() == {"tirx": ["add_tir"], "relax": ["main_relax"], "extern": []}
+    assert demo.list_functions() == demo.module.list_functions()  # upstream's own answer
+    tvm_ffi.register_global_func("tvmnb_test_listed", lambda x, out: out.copyfrom(x), override=True)
+    try:
+        demo.call_dps_packed("tvmnb_test_listed", [X], R.Tensor((4,), "float32"))
+    finally:
+        tvm_ffi.remove_global_func("tvmnb_test_listed")
+    assert demo.list_functions()["extern"] == ["tvmnb_test_listed"]  # as upstream's, once looked up
     assert torch.equal(demo.get_function("main_relax")(X, Y), X + Y)
     with pytest.raises(CallError):
         demo.get_function("nope")
+
+
+# upstream's PyTorch integration test, its matmul in plain loops (no blocks)
+UPSTREAM_MAIN = """
+@I.pyfunc
+def main(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    n = x.shape[0]
+    lv = self.call_tir(self.matmul, [x, w], out_sinfo=R.Tensor((n, 20), "float32"))
+    lv1 = F.relu(lv)
+    lv2 = self.call_dps_packed("my_softmax", [lv1, 1], out_sinfo=R.Tensor((n, 20), "float32"))
+    return self.my_identity_func(lv2)
+
+@T.prim_func
+def matmul(var_A: T.handle, var_B: T.handle, var_C: T.handle):
+    n = T.int32()
+    A = T.match_buffer(var_A, (n, 16), "float32")
+    B = T.match_buffer(var_B, (16, 20), "float32")
+    C = T.match_buffer(var_C, (n, 20), "float32")
+    for i, j in T.grid(n, 20):
+        C[i, j] = T.float32(0)
+    for i, j, k in T.grid(n, 20, 16):
+        C[i, j] = C[i, j] + A[i, k] * B[k, j]
+
+@I.pyfunc
+def my_identity_func(self, x: torch.Tensor) -> torch.Tensor:
+    return x
+"""
+
+
+def test_call_dps_packed_finds_a_function_added_with_add_python_function_as_upstream(shell):
+    """Upstream's own integration test: `my_softmax`, added at run time, is what
+    `self.call_dps_packed("my_softmax", [x, 1], ...)` calls, with the arguments as given."""
+    shell.run("import torch.nn.functional as F")
+    shell.cell("demo", UPSTREAM_MAIN)
+    demo = shell.ns["demo"]
+
+    def my_softmax(tensor, dim):
+        return torch.nn.functional.softmax(tensor, dim=dim)
+
+    demo.add_python_function("my_softmax", my_softmax)
+    x, w = torch.randn(10, 16), torch.randn(16, 20)
+    expected = torch.softmax(torch.relu(x @ w), dim=1)
+    torch.testing.assert_close(demo.main(x, w), expected)
+    torch.testing.assert_close(
+        demo.call_dps_packed("my_softmax", [x @ w, 1], R.Tensor((10, 20), "float32")),
+        torch.softmax(x @ w, dim=1),
+    )

@@ -19,6 +19,7 @@ import torch
 import tvm
 import tvm_ffi
 from cells import ADD_TIR, SCALE_PYFUNC
+from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import (
     CallError,
@@ -487,8 +488,12 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
     original = demo.ir_mod["mm"]
     a, b = torch.randn(64, 64), torch.randn(64, 64)
 
-    report = demo.tune("mm", trials=4)
+    with capture_output() as shown:
+        report = demo.tune("mm", trials=4)
     assert type(report).__name__ == "TuningReport" and report.kernel == "mm"
+    started, ended = shown.outputs  # the progress line, then its text where tuning ended
+    assert started.data["text/plain"] == "tuning mm: 0 of 4"
+    assert ended.update and ended.data["text/plain"].startswith("tuning mm: 4 of 4 · best ")
     assert report.trials_run == 4 and report.trials_kept >= 4, report
     assert report.best_seconds is not None and report.best_seconds > 0, report
     assert report.work_dir.startswith(str(tmp_path / "cache" / "tuning")), report

@@ -58,10 +58,12 @@ def test_every_call_direction_that_can_run_remotely(shell, server):
 
 
 def test_a_relax_function_that_calls_a_pyfunc_is_refused_at_the_cell(shell, server):
-    err = remote_cell(
-        shell, server, ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH, expect_error=IllFormedModuleError
-    )
+    body = ADD_TIR + SCALE_PYFUNC + RELAX_CALLS_BOTH
+    err = remote_cell(shell, server, body, expect_error=IllFormedModuleError)
     assert err.function == "pipeline" and "remote" in str(err) and "scale" in str(err)
+    # the line of the binding at fault, not of `@R.function` (the `%%tvmmodule` line is line 1)
+    calls = [n for n, text in enumerate(body.splitlines(), 2) if 'R.call_py_func("scale"' in text]
+    assert err.line == calls[0] and f"cell line {calls[0]}:" in str(err)
     assert "demo" not in shell.ns or "pipeline" not in shell.ns["demo"].functions
 
 

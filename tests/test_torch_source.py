@@ -63,16 +63,16 @@ def test_what_cannot_be_mapped_is_flagged_in_the_text_and_the_text_stays_python(
         "demo",
         """
 @R.function
-def odd(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
+def odd(x: R.Tensor((4,), "float32"), i: R.Tensor((4,), "int64")) -> R.Tensor((4,), "float32"):
     y = R.cumsum(x, axis=0)
-    z = R.multiply(R.cumsum(y, axis=0, exclusive=True), x)
+    z = R.multiply(R.take(y, i, axis=0, mode="clip"), x)
     return R.astype(R.astype(z, "float16"), "float32")
 """,
     )
     demo = shell.ns["demo"]
     source = demo.as_torch("odd")
     compile(source, "<as_torch odd>", "exec")
-    assert "REVIEW" in source and "exclusive=True is not translated" in source
+    assert "NOT MAPPED" in source and "mode='clip' is not translated" in source
     assert "step(s) need attention" in source
     assert "torch.cumsum(x, dim=0)" in source and ".to(torch.float16)" in source
 

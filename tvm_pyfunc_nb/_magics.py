@@ -147,9 +147,9 @@ class TVMModuleMagics(_OptionTraits):
             header=f"%%tvmmodule {line}",
             eager=self._option(args, "eager"),
         )
-        if self._option(args, "quiet"):
-            return None
-        return registry.cell_view(live, result)
+        if not self._option(args, "quiet"):
+            registry.display_view(registry.cell_view(live, result))
+        return None
 
     @magic_arguments()
     @argument("function", help="NAME.fn: the function of live module NAME to open in a new cell.")

@@ -48,7 +48,22 @@ class IllFormedModuleError(TVMModuleError):
 
 
 class CompileError(TVMModuleError):
-    """TVM failed to compile a function for the target."""
+    """TVM failed to compile a function for the target.
+
+    `about` holds the strings of the function's source that the failure names (a storage
+    scope, an extern symbol, a thread tag): where one stands is the cell line at fault.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        function: str | None = None,
+        line: int | None = None,
+        about: tuple[str, ...] = (),
+    ):
+        super().__init__(message, function=function, line=line)
+        self.about = about
 
 
 class CallError(TVMModuleError):

@@ -40,6 +40,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ._core.remote import Address, probe
 from ._magics import TVMModuleMagics, magics_of
+from ._views import registry
 from .errors import TVMModuleError
 
 _cell_ids = itertools.count(1)
@@ -80,11 +81,13 @@ class NotebookShell:
         expect_error: type | None = None,
         store_history: bool = True,
     ) -> Any:
-        """Run `cell` (with a front-end cell id if given) and return its result.
+        """Run `cell` (with a front-end cell id if given) and return its result, or the view a
+        `%%tvmmodule` cell displayed (its output widget).
 
         It raises what the cell raised, unless `expect_error` is given: then that
         error (an instance of it) is returned, and anything else fails.
         """
+        before = registry.newest_cell_view()
         result = self.ip.run_cell(cell, store_history=store_history, cell_id=cell_id)
         error = result.error_before_exec or result.error_in_exec
         if expect_error is not None:
@@ -93,6 +96,9 @@ class NotebookShell:
             return error
         if error is not None:
             raise error
+        view = registry.newest_cell_view()
+        if result.result is None and view is not before:
+            return view
         return result.result
 
     def cell(

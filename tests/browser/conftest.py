@@ -1,10 +1,12 @@
-"""JupyterLab in headless Chromium, offline, as /work/shared/BROWSER_TESTING.md describes.
+"""JupyterLab and Notebook 7 in headless Chromium, offline, as /work/shared/BROWSER_TESTING.md
+describes.
 
 `lab` starts an isolated JupyterLab (its own config, data, runtime and IPython
 dirs; news pop-up off) on a free port with a token, serving a temp copy of the
-notebooks. `browser` is Debian's Chromium through Playwright; every request
-that does not go to 127.0.0.1 is aborted and recorded, and the test fails if
-there was any: a test that needs the internet is a broken test.
+notebooks; `notebook7` does the same with Jupyter Notebook 7. `browser` is
+Debian's Chromium through Playwright; every request that does not go to
+127.0.0.1 is aborted and recorded, and the test fails if there was any: a test
+that needs the internet is a broken test.
 """
 
 from __future__ import annotations
@@ -40,12 +42,18 @@ NOTEBOOKS = REPO / "notebooks"
 
 @dataclass
 class Lab:
+    """A running Jupyter server: JupyterLab (`app == "jupyterlab"`) or Notebook 7."""
+
     url: str
     token: str
     root: Path
+    app: str = "jupyterlab"
 
     def notebook_url(self, notebook: str, workspace: str) -> str:
-        """A named workspace per scenario, so no earlier notebook stays in view."""
+        """A named workspace per scenario (JupyterLab), so no earlier notebook stays in view;
+        Notebook 7 opens each notebook in a page of its own."""
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{notebook}?token={self.token}"
         return f"{self.url}/lab/workspaces/{workspace}/tree/{notebook}?token={self.token}"
 
 
@@ -59,20 +67,31 @@ def _wait_until_up(url: str, process: subprocess.Popen, timeout: float = 60) -> 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {process.returncode}")
+            raise RuntimeError(f"the Jupyter server exited with {process.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
                     return
         except OSError:
             time.sleep(0.3)
-    raise TimeoutError(f"jupyter lab did not answer {url} within {timeout} s")
+    raise TimeoutError(f"the Jupyter server did not answer {url} within {timeout} s")
 
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory):
     """An isolated JupyterLab serving a copy of `notebooks/`; stopped with SIGTERM at the end."""
-    home = tmp_path_factory.mktemp("jupyter")
+    yield from _serve(tmp_path_factory, "jupyterlab")
+
+
+@pytest.fixture(scope="session")
+def notebook7(tmp_path_factory):
+    """The same, in Jupyter Notebook 7 (`notebook`, the other front end most users have)."""
+    yield from _serve(tmp_path_factory, "notebook")
+
+
+def _serve(tmp_path_factory, app: str):
+    """Jupyter `app` (the module `python -m` runs) on its own dirs, a free port and a token."""
+    home = tmp_path_factory.mktemp(app)
     names = ("config", "data", "runtime", "ipython", "workspaces", "root")
     dirs = {name: home / name for name in names}
     for path in dirs.values():
@@ -91,12 +110,13 @@ def lab(tmp_path_factory):
         "IPYTHONDIR": str(dirs["ipython"]),
     }
     port, token = _free_port(), secrets.token_hex(16)
-    log = open(home / "lab.log", "wb")  # noqa: SIM115 (open for the server's lifetime, closed below)
+    workspaces = [f"--LabApp.workspaces_dir={dirs['workspaces']}"] if app == "jupyterlab" else []
+    log = open(home / f"{app}.log", "wb")  # noqa: SIM115 (open for the server's lifetime, closed below)
     process = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "jupyterlab",
+            app,
             "--no-browser",
             "--allow-root",
             "--ServerApp.ip=127.0.0.1",
@@ -104,7 +124,7 @@ def lab(tmp_path_factory):
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={dirs['root']}",
-            f"--LabApp.workspaces_dir={dirs['workspaces']}",
+            *workspaces,
         ],
         env=env,
         stdout=log,
@@ -113,7 +133,7 @@ def lab(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_until_up(f"{url}/api/status?token={token}", process)
-        yield Lab(url, token, dirs["root"])
+        yield Lab(url, token, dirs["root"], app)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -127,7 +147,9 @@ def lab(tmp_path_factory):
 @pytest.fixture
 def browser(tmp_path):
     """Chromium on a fresh profile; fails afterwards if anything tried to leave 127.0.0.1."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=30_000)  # a loaded machine takes longer than the default 5 s
 
     assert Path(CHROMIUM).exists(), "Debian's Chromium is missing: run `make browser-deps`"
     blocked: list[str] = []

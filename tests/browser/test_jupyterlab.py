@@ -15,24 +15,19 @@ import re
 import shutil
 from pathlib import Path
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
+from browser.quickstart import (
+    NOTEBOOK,
+    clear_outputs,
+    expect_no_broken_widget,
+    expect_quickstart_widgets,
+)
+
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = "01_quickstart.ipynb"
 SCREENSHOT = REPO / "build/screenshots/widget.png"
 README_IMAGE = REPO / "docs/widget.png"
-BROKEN_WIDGET = re.compile("Error displaying widget|model not found")
-
-
-def clear_outputs(path: Path) -> None:
-    notebook = nbformat.read(path, as_version=4)
-    for cell in notebook.cells:
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    notebook.metadata.pop("widgets", None)
-    nbformat.write(notebook, path)
 
 
 @pytest.mark.browser
@@ -47,18 +42,9 @@ def test_run_all_cells_shows_script_and_results_in_the_widget(lab, browser):
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
 
-    cell = page.locator(".jp-OutputArea-output .tvm-pyfunc-nb-cell").first
-    expect(cell).to_contain_text("this cell defines add_tir", timeout=90_000)
-    expect(cell).to_contain_text("C[i] = A[i] + B[i]")  # add_tir's script
-    expect(cell).to_contain_text("return z * 2")  # main's script
-    expect(cell).to_contain_text("[2, 4, 6, 8, 10]")  # main's output, from the call in a later cell
-    expect(cell).to_contain_text("min 2 · max 10 · mean 6")
-
-    module = page.locator(".jp-OutputArea-output .tvm-pyfunc-nb-module")
-    for title in ("add_tir · tir", "main · pyfunc", "main_relax · relax", "module"):
-        expect(module.locator(".lm-TabBar-tabLabel", has_text=title)).to_be_visible()
+    cell = expect_quickstart_widgets(page)
     expect(page.get_by_text("Python 3 (ipykernel) | Idle", exact=True)).to_be_visible()
-    assert not BROKEN_WIDGET.search(page.locator(".jp-Notebook").inner_text())
+    expect_no_broken_widget(page)
 
     page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # widen the shot
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

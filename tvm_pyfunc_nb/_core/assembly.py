@@ -22,6 +22,7 @@ from ..errors import IllFormedModuleError, last_reason, native_stderr_silenced
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .contributions import Contribution, FunctionEntry, owners
 from .crash_guards import out_of_bounds
+from .fault_lines import call_line, calls_py_func, refers_to
 from .pyfunc_loader import forget_cell_text
 from .relax_rewrite import (
     py_func_calls,
@@ -204,7 +205,7 @@ class Assembly:
                     raise IllFormedModuleError(
                         f"does not fit the module: {last_reason(err)}",
                         function=name,
-                        line=entry.line,
+                        line=_stale_call_line(entry, canonical),
                     ) from err
                 if not func.same_as(entry.func):
                     entry = entry.with_func(func)
@@ -219,35 +220,34 @@ class Assembly:
     def _check_references(
         self, entry: FunctionEntry, canonical: Mapping[str, GlobalVar], pyfuncs: set[str]
     ) -> None:
-        line = entry.line
+        def fault(message: str, at) -> IllFormedModuleError:
+            line = (call_line(entry.func, at) or entry.line) if entry.line else None
+            return IllFormedModuleError(message, function=entry.name, line=line)
+
         for gv in referenced_global_vars(entry.func):
             if gv.name_hint in pyfuncs:
-                raise IllFormedModuleError(
+                raise fault(
                     f"refers to pyfunc `{gv.name_hint}` directly; Relax calls a pyfunc with "
                     f'R.call_py_func("{gv.name_hint}", ..., out_ty=...)',
-                    function=entry.name,
-                    line=line,
+                    refers_to(gv.name_hint),
                 )
             if gv.name_hint not in canonical:
-                raise IllFormedModuleError(
+                raise fault(
                     f"calls `{gv.name_hint}`, which the module does not define",
-                    function=entry.name,
-                    line=line,
+                    refers_to(gv.name_hint),
                 )
         for pyname, _ in py_func_calls(entry.func):
             if not self.relax_may_call_python:
-                raise IllFormedModuleError(
+                raise fault(
                     f"calls pyfunc `{pyname}` with R.call_py_func, but this module runs its Relax "
                     "functions on a remote device, whose VM cannot call back into this notebook's "
                     "Python; call the pyfunc from a pyfunc instead",
-                    function=entry.name,
-                    line=line,
+                    calls_py_func(pyname),
                 )
             if pyname in canonical and pyname not in pyfuncs:
-                raise IllFormedModuleError(
+                raise fault(
                     f"R.call_py_func calls `{pyname}`, which is not a pyfunc of this module",
-                    function=entry.name,
-                    line=line,
+                    calls_py_func(pyname),
                 )
 
     def _blame_other(self, err: IllFormedModuleError, entries, key) -> IllFormedModuleError:
@@ -311,6 +311,18 @@ def _module_attrs(contributions: Iterable[Contribution]) -> tuple[dict[str, Any]
         attrs.update(contribution.attrs)
         infos.update(contribution.global_infos)
     return attrs, infos
+
+
+def _stale_call_line(entry: FunctionEntry, canonical: Mapping[str, GlobalVar]) -> int | None:
+    """The line of the first call to a function that another cell has since defined anew."""
+
+    def stale(call) -> bool:
+        return any(
+            isinstance(node, GlobalVar) and not node.same_as(canonical.get(node.name_hint, node))
+            for node in [call.op, *call.args]
+        )
+
+    return (call_line(entry.func, stale) or entry.line) if entry.line else None
 
 
 def _check_well_formed(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -32,6 +33,9 @@ from .compile_cache import export_library
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
 from .tables import text_table
+
+_UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
+_NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")
 
 MAX_KEPT_LIBRARIES = 256
 # Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
@@ -335,6 +339,7 @@ class Build:
                 f"does not compile for target {self.target_name}: calls external symbol(s) "
                 f"{', '.join(missing)}, which this process does not provide",
                 function=name,
+                about=tuple(missing),
             )
         if self._foreign:
             return CompileError(
@@ -378,9 +383,15 @@ class Build:
         except CompileError as err:
             return err
         except Exception as err:  # TVM raises many types; each means "this does not compile"
+            reason, about = reason_sentence(err), _named_in(err)
+            tags = () if self.is_gpu else _thread_tags(func)
+            if tags:  # TVM says only "not implemented"
+                reason = f"binds GPU thread {', '.join(tags)}, a CPU target has no GPU threads"
+                about = tags
             failed = CompileError(
-                f"does not compile for target {self.target_name}: {reason_sentence(err)}",
+                f"does not compile for target {self.target_name}: {reason}",
                 function=name,
+                about=about,
             )
             failed.__cause__ = err  # kept, not raised here: %tb shows TVM's own story later
             return failed
@@ -579,16 +590,28 @@ def _called_prim_funcs(lowered: tvm.IRModule, leftover: tvm.IRModule):
 
 def _binds_threads(func: tvm.tirx.PrimFunc) -> bool:
     """Whether `func` launches GPU threads (a `thread_extent` attribute or a thread-bound loop)."""
-    found = []
+    return bool(_thread_tags(func))
+
+
+def _thread_tags(func: tvm.tirx.PrimFunc) -> tuple[str, ...]:
+    """The GPU threads `func` binds (`threadIdx.x`...), in the order they appear."""
+    found: list[str] = []
 
     def visit(node) -> None:
-        launches = isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent"
-        bound = isinstance(node, tvm.tirx.For) and node.kind == tvm.tirx.ForKind.THREAD_BINDING
-        if launches or bound:
-            found.append(node)
+        if isinstance(node, tvm.tirx.AttrStmt) and node.attr_key == "thread_extent":
+            found.append(str(node.node.thread_tag))
+        elif isinstance(node, tvm.tirx.For) and node.kind == tvm.tirx.ForKind.THREAD_BINDING:
+            found.append(str(node.thread_binding.thread_tag))
 
     tvm_ffi.structural_walk(func.body, [((tvm.tirx.AttrStmt, tvm.tirx.For), visit)])
-    return bool(found)
+    return tuple(dict.fromkeys(found))
+
+
+def _named_in(err: Exception) -> tuple[str, ...]:
+    """What TVM's error names in the function: storage scopes it does not know, intrinsics
+    (`exp`) it has no declaration of."""
+    text = str(err)
+    return tuple(dict.fromkeys(_UNKNOWN_SCOPE.findall(text) + _NO_INTRINSIC.findall(text)))
 
 
 def _link_order(built: dict[str, _Built]) -> list | None:
@@ -611,7 +634,7 @@ def _link_order(built: dict[str, _Built]) -> list | None:
 
 def _raise_if_failed(lib, name: str):
     if isinstance(lib, CompileError):
-        raise CompileError(lib.detail, function=name) from lib.__cause__
+        raise CompileError(lib.detail, function=name, about=lib.about) from lib.__cause__
     return lib
 
 

@@ -188,7 +188,9 @@ class Comparison:
             return f"first divergence: {where}"
         if self.passed:
             return self._within()
-        return f"{self.function} does not match; {self.why_not_op_by_op or 'no op diverges alone'}"
+        if self.ops is None:  # why not op by op is the line after the outputs
+            return f"{self.function} does not match"
+        return f"{self.function} does not match; no op diverges alone"
 
     def _within(self) -> str:
         return (
@@ -336,8 +338,12 @@ def compare(
         expected = reference(*args)
     if origin is None or origin.model is not reference or live.entry(fn).kind != RELAX:
         actual = live.get_function(fn)(*args)
-        why = f"op by op needs the model `{fn}` was imported from with add_torch"
-        why = why if origin is not None else ""
+        why = (
+            f"outputs only: `{fn}` was not imported with add_torch, so there is no graph to "
+            "go op by op with"
+            if origin is None
+            else f"op by op needs the model `{fn}` was imported from with add_torch"
+        )
         names, outputs = output_differences(actual, expected, rtol, atol)
         return Comparison(
             live.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names

@@ -19,6 +19,7 @@ from .build import Build, CompileRecord, Linked
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiled_module import CompiledPyModule
 from .contributions import FunctionEntry
+from .fault_lines import string_line, tir_call_line
 from .relax_rewrite import relax_closure, sub_module
 from .trampolines import PyFuncBridge
 
@@ -144,7 +145,7 @@ class Compiler:
             except CompileError as err:  # `name` itself, or a PrimFunc it calls (then that one)
                 culprit = err.function if err.function in entries else name
                 detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
-                failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
+                failures[name] = placed(err, entries[culprit], detail)
                 failures[name].__cause__ = err.__cause__ or err  # TVM's own error, for %tb
         good = [n for n in relax_names if n not in failures]
         good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
@@ -159,8 +160,14 @@ class Compiler:
         return linked, failures
 
 
-def placed(err: CompileError, entry: FunctionEntry) -> CompileError:
-    """`err` (a kernel that does not compile) naming the function and its line in its cell."""
-    placed = CompileError(err.detail, function=entry.name, line=entry.line)
-    placed.__cause__ = err.__cause__
-    return placed
+def placed(err: CompileError, entry: FunctionEntry, detail: str | None = None) -> CompileError:
+    """`err` (a kernel that does not compile) naming the function and the cell line at fault:
+    where what the failure names stands, else the function's first line."""
+    line = None
+    if entry.line:
+        line = string_line(entry.source, err.about) or entry.line
+        if line == entry.line and entry.kind == PRIMFUNC:
+            line = tir_call_line(entry.func, err.about) or line
+    error = CompileError(detail or err.detail, function=entry.name, line=line, about=err.about)
+    error.__cause__ = err.__cause__
+    return error

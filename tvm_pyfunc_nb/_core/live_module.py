@@ -100,6 +100,7 @@ class LiveModule(UpstreamInterface):
         self._calls.resolver = self._runner.resolve
         self._torch_origins: dict[str, TorchOrigin] = {}
         self._consts = ConstantTable()
+        self._extern_called: dict[str, None] = {}  # packed functions `call_dps_packed` looked up
         # names `NAME.<name>` gives the module's own, not a function's
         self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
         self._calls.reserved = self._own_names

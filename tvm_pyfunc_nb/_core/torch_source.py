@@ -190,7 +190,8 @@ class _Writer:
             text = rule(found)
         except _Unfaithful as why:
             attrs = _attrs(call)  # all of them: the line below passes none
-            return self.unchecked(op, mapped, args, f"{why}; its attributes: {attrs}")
+            left_out = f"; this call passes none of its attributes: {attrs}" if attrs else ""
+            return self.unchecked(op, mapped, args, f"{why}{left_out}")
         unread = sorted(found.attrs.keys() - found.attrs.read)
         if unread:  # an attribute the rule does not know of, say from a newer TVM
             self.flag("REVIEW", f"`{op}` attributes {unread} are not translated")
@@ -301,12 +302,19 @@ def _arg_reduce(op: _Op) -> str:
 
 
 def _scan(op: _Op) -> str:
-    op.require(exclusive=False)
     axis, torch_name = op.attrs["axis"], op.call.op.name.replace("relax.", "torch.")
     x = op.args[0] if axis is not None else f"{op.args[0]}.flatten()"
+    dim, ndim = (0, 1) if axis is None else (op.axis(), op.ndim())
     same_dtype = op.attrs["dtype"] is None and _is_float(op.dtype())  # else PyTorch may widen
     dtype = "" if same_dtype else f", dtype={_dtype(op.out_dtype())}"
-    return f"{torch_name}({x}, dim={0 if axis is None else axis}{dtype})"
+    scan = f"{torch_name}({x}, dim={dim}{dtype})"
+    if not op.attrs["exclusive"]:
+        return scan
+    # exclusive: each entry leaves itself out, so the scan moves one along `dim`, starting from
+    # nothing summed (0) or multiplied (1); PyTorch has no such option
+    pad = (0, 0) * (ndim - 1 - dim) + (1, 0)
+    start = 0 if torch_name == "torch.cumsum" else 1
+    return f"F.pad({scan}, {pad}, value={start}).narrow({dim}, 0, {x}.shape[{dim}])"
 
 
 def _divide(op: _Op) -> str:

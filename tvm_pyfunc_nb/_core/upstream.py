@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .arguments import out_ty_of
 from .callables import call_dps_packed, call_tir
-from .cells import PRIMFUNC, PYFUNC, RELAX
+from .cells import PRIMFUNC, PYFUNC
 from .tensors import to_torch, to_tvm_tensor
 
 
@@ -19,12 +20,14 @@ class UpstreamInterface:
     """Upstream `BasePyModule`'s calling and listing methods, over a live module's parts."""
 
     def list_functions(self) -> dict[str, list[str]]:
-        """As upstream `BasePyModule.list_functions()`: `{"tir": [...], "relax": [...], "python":
-        [...]}`."""
-        kinds = {PRIMFUNC: "tir", RELAX: "relax", PYFUNC: "python"}
-        listed: dict[str, list[str]] = {"tir": [], "relax": [], "python": []}
+        """As upstream `BasePyModule.list_functions()`: `{"tirx": [PrimFuncs], "relax": [Relax
+        functions], "extern": [global packed functions call_dps_packed has looked up]}`.
+        Upstream lists no pyfuncs; `functions` has every function with its kind."""
+        listed: dict[str, list[str]] = {"tirx": [], "relax": [], "extern": []}
         for name, kind in self.functions.items():
-            listed[kinds[kind]].append(name)
+            if kind != PYFUNC:
+                listed["tirx" if kind == PRIMFUNC else "relax"].append(name)
+        listed["extern"] = list(self._extern_called)
         return listed
 
     def get_function(self, name: str) -> Callable:
@@ -38,7 +41,14 @@ class UpstreamInterface:
         return call_tir(self, tir_func, args, out_ty, out_sinfo)
 
     def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
-        """Call global packed function `name` destination-passing style, as upstream does."""
+        """Call global packed function `name` destination-passing style, as upstream does: the
+        outputs `out_ty` describes are allocated, passed after `args`, and returned. As upstream,
+        a function of this module named `name` (a pyfunc added with `add_python_function`, say)
+        comes first: it is called with `args` and its result returned."""
+        if name in self.functions:
+            out_ty_of(out_ty, out_sinfo, "call_dps_packed", name)
+            return self.get_function(name)(*(args if isinstance(args, (list, tuple)) else [args]))
+        self._extern_called[name] = None
         return call_dps_packed(name, args, out_ty, out_sinfo, self.device)
 
     def call_py_func(self, name: str, args):

@@ -43,13 +43,31 @@ def cell_view(live: LiveModule, result: UpdateResult) -> CellWidget:
 
     A new view of a cell closes the view of that cell's previous run.
     """
+    global _newest_cell
     view = CellWidget(live, result)
+    _newest_cell = weakref.ref(view)
     for old in views_of(live):
         if view.cell_key is not None and getattr(old, "cell_key", None) == view.cell_key:
             with _views_lock:
                 _views.discard(old)
             old.close()
     return _register(view)
+
+
+def display_view(view) -> None:
+    """Show `view` under a display id of its own, so that what a front end without widgets
+    shows (its text and HTML) can follow the view's panes after later calls."""
+    from IPython.display import display
+
+    view.display_handle = display(view, display_id=True)
+
+
+def newest_cell_view() -> CellWidget | None:
+    """The cell view made last, while it is alive (what `NotebookShell` hands back)."""
+    return _newest_cell() if _newest_cell is not None else None
+
+
+_newest_cell: weakref.ref | None = None
 
 
 def module_view(live: LiveModule) -> ModuleWidget:
@@ -85,12 +103,19 @@ class NotebookFrontEnd(FrontEnd):
         self._watches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def show(self, live: LiveModule) -> None:
+        """The module view, shown as it is now: its static text and HTML stay as drawn (the
+        module it shows may gain and lose functions later, as a cell's view does not)."""
         from IPython.display import display
 
         display(module_view(live))
 
     def next_input(self, text: str) -> bool:
+        """`text` in a new cell below, and in this cell's output what was opened: a notebook
+        run without a front end (nbclient, a saved notebook) makes no new cell."""
+        from IPython.display import display
+
         self.shell.set_next_input(text, replace=False)
+        display(render.opened_bundle(text), raw=True)
         return True
 
     def compiling(self, live: LiveModule, kind: str, names: tuple[str, ...]):
@@ -154,10 +179,14 @@ class ViewProgress(Progress):
         from IPython.display import display
 
         self.line = ProgressLine(title, total)
-        display(self.line)
+        self.handle = display(self.line, display_id=True)
 
     def step(self, done: int, note: str = "") -> None:
         self.line.step(done, note)
+
+    def close(self) -> None:
+        """The text and HTML a saved notebook shows say where the work ended, as the line does."""
+        self.handle.update(self.line)
 
 
 def _show_progress(live: LiveModule | None, html: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import inspect
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -276,13 +277,18 @@ def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
 
 
-def cell_html(live: LiveModule, result: UpdateResult, scripts: dict[str, str]) -> str:
-    rows = [
-        function_row_html(
-            script_html(scripts[name]), results_html(live, name, live.last_calls.get(name))
-        )
-        for name in result.defined
-    ]
+def cell_html(
+    live: LiveModule, result: UpdateResult, scripts: dict[str, str], drawn: float | None = None
+) -> str:
+    """A cell's view as static HTML. A call made after the view was `drawn` (a later cell's) is
+    marked: a saved notebook shows the view as it was when the notebook stopped."""
+    rows = []
+    for name in result.defined:
+        record = live.last_calls.get(name)
+        results = results_html(live, name, record)
+        if record is not None and drawn is not None and record.when > drawn:
+            results = _muted("called after this cell ran, by a later cell:", "div") + results
+        rows.append(function_row_html(script_html(scripts[name]), results))
     return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
 
 
@@ -477,6 +483,23 @@ def stats_html(stats) -> str:
 
 def update_html(result: UpdateResult) -> str:
     return notices_html(result, by=None)
+
+
+def opened_bundle(text: str) -> dict[str, str]:
+    """What `edit` opened in a new cell below, in the output of the cell that called it: a line
+    saying so, the text in a section that opens on a click."""
+    lines = text.splitlines()
+    header = lines[0] if lines else ""
+    defined = re.search(r"^(?:async )?def (\w+)", text, re.MULTILINE)
+    what = f"`{defined.group(1)}` " if defined else ""
+    head = f"opened {what}in a new cell below ({len(lines)} lines, {header})"
+    html = _details(escape(head), script_html(text))
+    return {"text/plain": f"{head}\n{text}", "text/html": f'<div style="{_VIEW}">{html}</div>'}
+
+
+def work_progress_text(title: str, done: int, total: int, note: str) -> str:
+    """`tuning k: 16 of 16 · best 0.7 ms`."""
+    return f"{title}: {done} of {total}" + (f" · {note}" if note else "")
 
 
 def work_progress_html(title: str, done: int, total: int, note: str) -> str:

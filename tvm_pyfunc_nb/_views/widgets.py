@@ -9,6 +9,8 @@ as it is.
 
 from __future__ import annotations
 
+import time
+
 import ipywidgets as widgets
 
 from .._core.cells import PYFUNC
@@ -55,18 +57,23 @@ class FunctionPane(widgets.HBox):
             )
         self.script.value = self._texts[view]
 
-    def refresh(self) -> None:
-        """Render the results again if the latest call changed, or say why they no longer do."""
+    def refresh(self) -> bool:
+        """Render the results again if the latest call changed, or say why they no longer do;
+        True if the pane changed."""
         if not self._is_current():
-            if self._shown is not _REPLACED:
-                self.results.value = render.replaced_html(self.live, self.name)
-                self._shown = _REPLACED
-            return
+            if self._shown is _REPLACED:
+                return False
+            self.results.value = render.replaced_html(self.live, self.name)
+            self._shown = _REPLACED
+            return True
         record = self.live.last_calls.get(self.name)
         shown = record.end if record is not None else None  # a new call has a new end
-        if shown != self._shown:
-            self.results.value = render.results_html(self.live, self.name, record)
-            self._shown = shown
+        if shown == self._shown:
+            return False
+        first = self._shown is _NOTHING
+        self.results.value = render.results_html(self.live, self.name, record)
+        self._shown = shown
+        return not first
 
     def _is_current(self) -> bool:
         live = self.live
@@ -80,6 +87,9 @@ class _View(widgets.VBox):
     css_class: str  # names the view in the page, for styles and browser tests
 
     def __init__(self, children: list[widgets.Widget]):
+        self.drawn = time.time()
+        # set when the view is shown with a display id: its text and HTML follow its panes
+        self.display_handle = None
         self.progress = widgets.HTML(layout=widgets.Layout(display="none"))
         super().__init__([self.progress, *children], layout=widgets.Layout(width="100%"))
         self.add_class(self.css_class)
@@ -99,6 +109,12 @@ class _View(widgets.VBox):
         bundle = super()._repr_mimebundle_(**kwargs)
         bundle.update({"text/plain": self.text(), "text/html": self.html()})
         return bundle
+
+    def follow(self, changed: bool) -> None:
+        """After a pane `changed`, the text and HTML a front end without widgets shows (GitHub's
+        rendering of a saved notebook) are made again."""
+        if changed and self.display_handle is not None:
+            self.display_handle.update(self)
 
     def text(self) -> str:
         raise NotImplementedError
@@ -121,14 +137,13 @@ class CellWidget(_View):
         super().__init__([widgets.HTML(render.notices_html(result)), *self.panes])
 
     def refresh(self) -> None:
-        for pane in self.panes:
-            pane.refresh()
+        self.follow(any([pane.refresh() for pane in self.panes]))
 
     def text(self) -> str:
         return render.cell_text(self.result)
 
     def html(self) -> str:
-        return render.cell_html(self.live, self.result, self.scripts)
+        return render.cell_html(self.live, self.result, self.scripts, drawn=self.drawn)
 
 
 class ModuleWidget(_View):
@@ -190,7 +205,9 @@ class ProgressLine(widgets.HTML):
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = super()._repr_mimebundle_(**kwargs)
-        bundle["text/plain"] = f"{self.title}: {self.total} steps"
+        bundle["text/plain"] = render.work_progress_text(
+            self.title, self.done, self.total, self.note
+        )
         bundle["text/html"] = self.value
         return bundle
 

@@ -1,0 +1,44 @@
+"""What both browser tests check after Run All on the quickstart: the widgets, not their text
+fallbacks, with the scripts and the numbers of this run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+from playwright.sync_api import Locator, Page, expect
+
+NOTEBOOK = "01_quickstart.ipynb"
+BROKEN_WIDGET = re.compile("Error displaying widget|model not found")
+
+
+def clear_outputs(path: Path) -> None:
+    """No saved output left: everything checked comes from this run."""
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    notebook.metadata.pop("widgets", None)
+    nbformat.write(notebook, path)
+
+
+def expect_quickstart_widgets(page: Page) -> Locator:
+    """The first cell widget shows its scripts and the call a later cell made; the module view
+    (`demo` as a cell's last expression) its tabs; no widget failed to render. Returns the
+    cell widget."""
+    cell = page.locator(".jp-OutputArea-output .tvm-pyfunc-nb-cell").first
+    expect(cell).to_contain_text("this cell defines add_tir", timeout=90_000)
+    expect(cell).to_contain_text("C[i] = A[i] + B[i]")  # add_tir's script
+    expect(cell).to_contain_text("return z * 2")  # main's script
+    expect(cell).to_contain_text("[2, 4, 6, 8, 10]")  # main's output, from the call in a later cell
+    expect(cell).to_contain_text("min 2 · max 10 · mean 6")
+
+    module = page.locator(".jp-OutputArea-output .tvm-pyfunc-nb-module")
+    for title in ("add_tir · tir", "main · pyfunc", "main_relax · relax", "module"):
+        expect(module.locator(".lm-TabBar-tabLabel", has_text=title)).to_be_visible()
+    return cell
+
+
+def expect_no_broken_widget(page: Page) -> None:
+    assert not BROKEN_WIDGET.search(page.locator(".jp-Notebook").inner_text())

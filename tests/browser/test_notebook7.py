@@ -1,0 +1,53 @@
+"""The same user in Jupyter Notebook 7: open the quickstart, Run All, see the widgets working.
+
+Notebook 7 renders outputs with JupyterLab's own components, so the checks are those of
+the JupyterLab test (`browser.quickstart`); what differs is the page: one notebook per page,
+its own menu bar and kernel indicator. A screenshot goes to
+`build/screenshots/widget-notebook7.png`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from browser.quickstart import (
+    NOTEBOOK,
+    clear_outputs,
+    expect_no_broken_widget,
+    expect_quickstart_widgets,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "build/screenshots/widget-notebook7.png"
+
+
+@pytest.mark.browser
+def test_run_all_cells_in_notebook_7_shows_script_and_results_in_the_widget(notebook7, browser):
+    clear_outputs(notebook7.root / NOTEBOOK)
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(notebook7.notebook_url(NOTEBOOK, "quickstart"))
+    expect(page).to_have_title(re.compile(r"^01_quickstart"))
+    # Notebook 7 may ask which kernel to start; the one it proposes is the notebook's own
+    select = page.get_by_role("button", name="Select Kernel")
+    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
+    expect(select.or_(idle)).to_be_visible()
+    if select.is_visible():
+        select.click()
+    expect(idle).to_be_visible()
+
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+
+    cell = expect_quickstart_widgets(page)
+    busy = page.locator(".jp-InputArea-prompt", has_text="[*]")
+    expect(busy).to_have_count(0, timeout=120_000)  # every cell ran to its end
+    expect_no_broken_widget(page)
+
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    cell.scroll_into_view_if_needed()
+    cell.screenshot(path=str(SCREENSHOT))
