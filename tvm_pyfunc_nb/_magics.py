@@ -41,6 +41,12 @@ class TVMModuleMagics(Magics):
         help="Relax pipeline of new modules (`--pipeline`): `auto` (what tvm.compile picks for the "
         "target), `target` (the target's own, with fusion), or a relax.get_pipeline name.",
     ).tag(config=True)
+    offload = Unicode(
+        "none",
+        help="Ops new modules send to a library (`--offload`): `torch` runs matmul/linear, conv2d "
+        "and attention as PyTorch calls on the same memory, and TVM compiles and fuses the rest; "
+        "`none` compiles everything with TVM.",
+    ).tag(config=True)
     checked = Bool(
         True,
         help="Put bounds and division checks into CPU kernels, so a bad index raises instead of "
@@ -111,6 +117,12 @@ class TVMModuleMagics(Magics):
         "--pipeline",
         default=None,
         help="Relax pipeline: auto, target, default, zero... (default: TVMModuleMagics.pipeline).",
+    )
+    @argument(
+        "--offload",
+        default=None,
+        help="torch: matmul/linear, conv2d and attention run as PyTorch calls; none: all TVM "
+        "(default: TVMModuleMagics.offload).",
     )
     @argument(
         "--unchecked",
@@ -259,6 +271,7 @@ class TVMModuleMagics(Magics):
             "target": self._option(args, "target"),
             "device": self._option(args, "device"),
             "pipeline": self._option(args, "pipeline"),
+            "offload": self._option(args, "offload"),
             "checked": not args.unchecked if args.unchecked is not None else self.checked,
             "rpc": self._option(args, "rpc") or None,
             "cross_compiler": self.cross_compiler or None,

@@ -43,7 +43,7 @@ from .crash_guards import has_guards
 from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
 from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
-from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
+from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax, run_order
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
 from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .remote import DEFAULT_TIMEOUT, RemoteRunner
@@ -64,6 +64,7 @@ class ModuleOptions:
     checked: bool
     rpc: str | None = None  # `HOST:PORT` or `tracker=HOST:PORT/KEY`: compiled code runs there
     cross_compiler: str | None = None
+    offload: str = "none"  # "torch": matmul/linear, conv2d, attention run as PyTorch calls
 
 
 class LiveModule:
@@ -107,6 +108,7 @@ class LiveModule:
         device: str = "cpu",
         pipeline: str | None = None,
         checked: bool = True,
+        offload: str | None = None,
         rpc: str | None = None,
         rpc_timeout: float = DEFAULT_TIMEOUT,
         cross_compiler: str | None = None,
@@ -128,12 +130,19 @@ class LiveModule:
             pipeline=pipeline,
             persistent=persistent_cache,
             checked=checked,
+            offload=offload,
             module_name=name,
             local=rpc is None,
         )
         _check_target_runs_on(self._build.target, target, self.device, device)
         self.options = ModuleOptions(
-            target, device, pipeline or AUTO_PIPELINE, checked, rpc, cross_compiler
+            target,
+            device,
+            pipeline or AUTO_PIPELINE,
+            checked,
+            rpc,
+            cross_compiler,
+            offload=self._build.offload,
         )
         self._remote = None
         if rpc:
@@ -501,8 +510,9 @@ class LiveModule:
         return lowered_relax(self._linked_for(fn, "lowered"), fn)
 
     def kernels(self, fn: str) -> list[str]:
-        """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline."""
-        return kernels_of(self._linked_for(fn, "kernels"), fn)
+        """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline, in the
+        order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...)."""
+        return run_order(self._linked_for(fn, "kernels"), fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:
         """The code TVM generated for `fn`: LLVM IR (`fmt="ll"`, the default) or assembly

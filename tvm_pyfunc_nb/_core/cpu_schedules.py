@@ -1,0 +1,151 @@
+"""A CPU schedule for matmul kernels, written once and applied to the kernels a pipeline makes.
+
+No Relax pipeline of TVM 0.27 schedules a matmul on a CPU (DLight's CPU rules
+cover GEMV and reductions), so a legalized `R.matmul` runs as three loops, one
+multiply-add at a time, on one core. This rule gives every matmul-shaped kernel
+a pipeline made (`C[.., i, j] += A[.., i, k] * B[.., k, j]`, `j` the last axis of
+`B` and `C`, the shape of `R.matmul`, batched or not, fused with what follows it
+or not) the classic CPU layout: tiles of 4 rows × 4 vectors computed in
+registers, the tiles spread over the cores, `B` read a row of vectors at a time
+and kept in cache across the rows of a column of tiles, the bias, activation or
+other element-wise ops fused after it applied to each tile as it is written.
+Only kernels the pipeline made are touched: a PrimFunc written in a cell keeps
+the loops its author wrote.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
+
+ROWS_PER_TILE = 4
+VECTORS_PER_TILE = 4
+SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) too
+
+
+def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
+    """`mod` with its matmul kernels scheduled for the CPU `target`, except those named in `keep`
+    (the module's own PrimFuncs) and those already scheduled."""
+    if target.kind.name != "llvm":
+        return mod
+    lanes = vector_lanes(target)
+    updates = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or gv.name_hint in keep:
+            continue
+        if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
+            continue
+        scheduled = matmul_schedule(func, lanes)
+        if scheduled is not None:
+            updates[gv] = scheduled
+    if not updates:
+        return mod
+    mod = mod.clone()  # the pipeline may hand back the module it was given: never change that
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod
+
+
+def _made_of_blocks(func: tirx.PrimFunc) -> bool:
+    """Whether `func` is a kernel of blocks (not a function of the VM's, such as a shape
+    function)."""
+    return isinstance(func.body, s_tir.SBlockRealize)
+
+
+def vector_lanes(target: tvm.target.Target) -> int:
+    """float32 lanes of the target's vector registers: 16 (AVX-512), 8 (AVX), 4 (SSE, NEON)."""
+    from tvm.target.codegen import target_has_features
+
+    if target_has_features("avx512f", target):
+        return 16
+    if target_has_features("avx", target):
+        return 8
+    return 4
+
+
+def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped."""
+    sch = s_tir.Schedule(func)
+    reductions = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
+    if reductions is None:
+        return None
+    block = reductions[0]
+    axes = _matmul_axes(sch, block)
+    if axes is None:
+        return None
+    outer, rows, (cols, width), (depth,) = axes
+    vector = _largest_divisor(width, lanes)
+    tile_cols = _largest_divisor(width, vector * VECTORS_PER_TILE, multiple_of=vector)
+    sch.reorder(*outer, *rows, cols, depth)
+    row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+    row_tiles, row_in = sch.split(row, [None, ROWS_PER_TILE])
+    col_tiles, col_in = sch.split(cols, [None, tile_cols])
+    col_vectors, lane = sch.split(col_in, [None, vector])
+    # a column of tiles in a row: the slice of B they read stays in cache from one to the next
+    sch.reorder(*outer, col_tiles, row_tiles, depth, row_in, col_vectors, lane)
+    tiles = sch.fuse(*outer, col_tiles, row_tiles)
+    sch.parallel(tiles)
+    sch.vectorize(lane)
+    sch.unroll(row_in)
+    sch.unroll(col_vectors)
+    tile = sch.cache_write(block, 0, "local")  # the tile's accumulators: registers
+    _inline_consumers(sch, tile)
+    sch.reverse_compute_at(tile, tiles)
+    _vectorize_innermost(sch, tile, vector)
+    init = sch.decompose_reduction(block, depth)
+    _vectorize_innermost(sch, init, vector)
+    return sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def _matmul_axes(sch: s_tir.Schedule, block):
+    """The block's loops as (batch loops, row loops, (column loop, its extent), (depth loop,)),
+    or None unless the block is a matmul whose columns are the last axis of B and C, with a
+    static number of columns and depth, one loop for each of its axes."""
+    stmt = sch.get(block)
+    traits = detect_iter_traits(stmt)
+    loops = sch.get_loops(block)
+    if traits is None or len(loops) != len(stmt.iter_vars):
+        return None
+    kinds = {}
+    for loop, var, trait in zip(loops, stmt.iter_vars, traits[3], strict=True):
+        kinds.setdefault(trait.kind, []).append((loop, var.var, trait.extent))
+    cols, depth = kinds.get(IterKind.kIter_J, []), kinds.get(IterKind.kIter_K, [])
+    if len(cols) != 1 or len(depth) != 1:
+        return None
+    (col_loop, col_var, width), (depth_loop, _, depth_extent) = cols[0], depth[0]
+    if not isinstance(width, tirx.IntImm) or not isinstance(depth_extent, tirx.IntImm):
+        return None
+    last = [stmt.reads[1].region[-1].min, stmt.writes[0].region[-1].min]
+    if not all(isinstance(index, tirx.Var) and index.same_as(col_var) for index in last):
+        return None
+    outer = [
+        loop for kind in (IterKind.kIter_S, IterKind.kIter_T) for loop, _, _ in kinds.get(kind, [])
+    ]
+    rows = [loop for loop, _, _ in kinds.get(IterKind.kIter_I, [])]
+    return outer, rows, (col_loop, width.value), (depth_loop,)
+
+
+def _inline_consumers(sch: s_tir.Schedule, tile) -> None:
+    """Fold the element-wise ops after the matmul (bias, activation) into the tile's write-back."""
+    progress = True
+    while progress:
+        progress = False
+        for consumer in sch.get_consumers(tile):
+            try:
+                sch.reverse_compute_inline(consumer)
+            except s_tir.ScheduleError:  # not element-wise over the tile: it runs after, whole
+                continue
+            progress = True
+
+
+def _vectorize_innermost(sch: s_tir.Schedule, block, vector: int) -> None:
+    if vector > 1:
+        sch.vectorize(sch.split(sch.get_loops(block)[-1], [None, vector])[1])
+
+
+def _largest_divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
+    """The largest divisor of `n` that is at most `at_most` and a multiple of `multiple_of` (a
+    divisor of `n` itself)."""
+    return max(d for d in range(multiple_of, min(n, at_most) + 1, multiple_of) if n % d == 0)
