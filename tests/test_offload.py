@@ -9,6 +9,10 @@ no timings.
 
 from __future__ import annotations
 
+import inspect
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -212,3 +216,22 @@ def test_the_default_schedule_takes_a_symbolic_batch_and_leaves_written_kernels_
     x, y = torch.randn(16, 16), torch.randn(16, 16)
     assert torch.allclose(demo.via_relax(x, y), x @ y, atol=1e-5)
     assert "T.parallel" not in demo.lowered("via_relax")  # the user's loops, as written
+
+
+def test_an_offloaded_module_exports_a_library_of_tvms_own_kernels(shell, tmp_path):
+    shell.cell("fast", MLP, options="--offload torch")
+    path = tmp_path / "mlp.so"
+    report = shell.ns["fast"].export_library(str(path))
+    assert report.relax == ["mlp"]
+    script = f"""
+import torch, tvm
+from tvm import relax
+torch.manual_seed(0)
+args = {mlp_args.__name__}()
+vm = relax.VirtualMachine(tvm.runtime.load_module({str(path)!r}), tvm.cpu())
+print(torch.from_dlpack(vm["mlp"](*args)).sum().item())
+"""
+    source = f"import torch\n{inspect.getsource(mlp_args)}\n{script}"
+    done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert abs(float(done.stdout) - torch_mlp(*mlp_args()).sum().item()) < 1e-3
