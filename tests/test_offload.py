@@ -235,3 +235,17 @@ print(torch.from_dlpack(vm["mlp"](*args)).sum().item())
     done = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert abs(float(done.stdout) - torch_mlp(*mlp_args()).sum().item()) < 1e-3
+
+
+def test_the_default_schedules_a_convolution_too(shell):
+    torch.manual_seed(0)
+    model, image = ConvNet().eval(), torch.randn(1, 3, 16, 16)
+    shell.run("%tvmmodule net")
+    net = shell.ns["net"]
+    net.add_torch(model, (image,))
+    with torch.no_grad():
+        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    lowered = net.lowered("main")
+    conv = lowered[lowered.index("def conv2d(") :]
+    conv = conv[: conv.index("@T.prim_func")] if "@T.prim_func" in conv else conv
+    assert "T.parallel" in conv and "T.vectorized" in conv

@@ -1,16 +1,18 @@
-"""A CPU schedule for matmul kernels, written once and applied to the kernels a pipeline makes.
+"""A CPU schedule for matmuls and convolutions, written once and applied to the kernels a
+pipeline makes.
 
-No Relax pipeline of TVM 0.27 schedules a matmul on a CPU (DLight's CPU rules
-cover GEMV and reductions), so a legalized `R.matmul` runs as three loops, one
-multiply-add at a time, on one core. This rule gives every matmul-shaped kernel
-a pipeline made (`C[.., i, j] += A[.., i, k] * B[.., k, j]`, `j` the last axis of
-`B` and `C`, the shape of `R.matmul`, batched or not, fused with what follows it
-or not) the classic CPU layout: tiles of 4 rows × 4 vectors computed in
-registers, the tiles spread over the cores, `B` read a row of vectors at a time
-and kept in cache across the rows of a column of tiles, the bias, activation or
-other element-wise ops fused after it applied to each tile as it is written.
-Only kernels the pipeline made are touched: a PrimFunc written in a cell keeps
-the loops its author wrote.
+No Relax pipeline of TVM 0.27 schedules a matmul or a convolution on a CPU
+(DLight's CPU rules cover GEMV and reductions), so a legalized `R.matmul` runs
+as three loops, one multiply-add at a time, on one core. This rule gives every
+matmul-shaped kernel a pipeline made (`C[.., i, j] += A[.., i, k] * B[.., k, j]`,
+`j` the last axis of `B` and `C`: `R.matmul`, batched or not, fused with what
+follows it or not) the classic CPU layout: tiles of 4 rows × 4 vectors computed
+in registers, the tiles spread over the cores, `B` read a row of vectors at a
+time and kept in cache across the rows of a column of tiles, the bias,
+activation or other element-wise ops fused after it applied to each tile as it
+is written. An NCHW `R.nn.conv2d` gets the same, its output channels as rows and
+a row of output pixels as columns. Only kernels the pipeline made are touched: a
+PrimFunc written in a cell keeps the loops its author wrote.
 """
 
 from __future__ import annotations
@@ -66,7 +68,11 @@ def vector_lanes(target: tvm.target.Target) -> int:
 
 
 def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
-    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped."""
+    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped.
+
+    A convolution (NCHW) is one too, read the other way round: its rows are the output
+    channels, its columns the output's last axis (a row of pixels), its depth the input
+    channels and the kernel's window."""
     sch = s_tir.Schedule(func)
     reductions = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
     if reductions is None:
@@ -75,16 +81,16 @@ def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
     axes = _matmul_axes(sch, block)
     if axes is None:
         return None
-    outer, rows, (cols, width), (depth,) = axes
+    outer, rows, (cols, width), depth = axes
     vector = _largest_divisor(width, lanes)
     tile_cols = _largest_divisor(width, vector * VECTORS_PER_TILE, multiple_of=vector)
-    sch.reorder(*outer, *rows, cols, depth)
+    sch.reorder(*outer, *rows, cols, *depth)
     row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
     row_tiles, row_in = sch.split(row, [None, ROWS_PER_TILE])
     col_tiles, col_in = sch.split(cols, [None, tile_cols])
     col_vectors, lane = sch.split(col_in, [None, vector])
     # a column of tiles in a row: the slice of B they read stays in cache from one to the next
-    sch.reorder(*outer, col_tiles, row_tiles, depth, row_in, col_vectors, lane)
+    sch.reorder(*outer, col_tiles, row_tiles, *depth, row_in, col_vectors, lane)
     tiles = sch.fuse(*outer, col_tiles, row_tiles)
     sch.parallel(tiles)
     sch.vectorize(lane)
@@ -94,37 +100,51 @@ def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
     _inline_consumers(sch, tile)
     sch.reverse_compute_at(tile, tiles)
     _vectorize_innermost(sch, tile, vector)
-    init = sch.decompose_reduction(block, depth)
+    init = sch.decompose_reduction(block, depth[0])
     _vectorize_innermost(sch, init, vector)
     return sch.mod["main"].with_attr(SCHEDULED, True)
 
 
 def _matmul_axes(sch: s_tir.Schedule, block):
-    """The block's loops as (batch loops, row loops, (column loop, its extent), (depth loop,)),
-    or None unless the block is a matmul whose columns are the last axis of B and C, with a
-    static number of columns and depth, one loop for each of its axes."""
+    """The block's loops as (outer loops, row loops, (column loop, its extent), depth loops),
+    or None unless the block is a matmul whose columns are the last axis of B and C (or a
+    convolution whose columns are the last axis of its output), with a static number of
+    columns and depth, one loop for each of its axes."""
     stmt = sch.get(block)
     traits = detect_iter_traits(stmt)
     loops = sch.get_loops(block)
     if traits is None or len(loops) != len(stmt.iter_vars):
         return None
-    kinds = {}
+    kinds: dict = {}
+    by_var = {}
     for loop, var, trait in zip(loops, stmt.iter_vars, traits[3], strict=True):
-        kinds.setdefault(trait.kind, []).append((loop, var.var, trait.extent))
-    cols, depth = kinds.get(IterKind.kIter_J, []), kinds.get(IterKind.kIter_K, [])
-    if len(cols) != 1 or len(depth) != 1:
+        kinds.setdefault(trait.kind, []).append(loop)
+        by_var[var.var] = (loop, trait)
+    last = stmt.writes[0].region[-1].min
+    if not isinstance(last, tirx.Var) or last not in by_var:
         return None
-    (col_loop, col_var, width), (depth_loop, _, depth_extent) = cols[0], depth[0]
-    if not isinstance(width, tirx.IntImm) or not isinstance(depth_extent, tirx.IntImm):
-        return None
-    last = [stmt.reads[1].region[-1].min, stmt.writes[0].region[-1].min]
-    if not all(isinstance(index, tirx.Var) and index.same_as(col_var) for index in last):
-        return None
-    outer = [
-        loop for kind in (IterKind.kIter_S, IterKind.kIter_T) for loop, _, _ in kinds.get(kind, [])
+    col_loop, col_trait = by_var[last]
+    depth = kinds.get(IterKind.kIter_K, [])
+    extents = [
+        col_trait.extent,
+        *(t.extent for _, t in by_var.values() if t.kind == IterKind.kIter_K),
     ]
-    rows = [loop for loop, _, _ in kinds.get(IterKind.kIter_I, [])]
-    return outer, rows, (col_loop, width.value), (depth_loop,)
+    if not all(isinstance(e, tirx.IntImm) for e in extents):
+        return None
+    if col_trait.kind == IterKind.kIter_J:  # a matmul: B's rows are read as vectors too
+        b_last = stmt.reads[1].region[-1].min
+        if len(depth) != 1 or not (isinstance(b_last, tirx.Var) and b_last.same_as(last)):
+            return None
+        rows = kinds.get(IterKind.kIter_I, [])
+        others = kinds.get(IterKind.kIter_J, [])
+    elif col_trait.kind == IterKind.kIter_I and len(kinds.get(IterKind.kIter_J, [])) == 1:
+        rows = kinds[IterKind.kIter_J]  # a convolution: output channels as rows
+        others = kinds.get(IterKind.kIter_I, [])
+    else:
+        return None
+    outer = [*kinds.get(IterKind.kIter_S, []), *kinds.get(IterKind.kIter_T, [])]
+    outer += [loop for loop in others if not loop.same_as(col_loop)]
+    return outer, rows, (col_loop, col_trait.extent.value), depth
 
 
 def _inline_consumers(sch: s_tir.Schedule, tile) -> None:
