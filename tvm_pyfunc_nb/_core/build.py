@@ -507,8 +507,9 @@ class Build:
 
     def lower(self, mod: tvm.IRModule, *, offload: str | None = None) -> tvm.IRModule:
         """`mod` after this module's Relax pipeline, for the target: its heavy ops sent to
-        PyTorch first with --offload torch, and the matmul kernels the pipeline made scheduled
-        for the CPU after (cpu_schedules.py; the module's own PrimFuncs are left as written)."""
+        PyTorch first with --offload torch, and the matmul and convolution kernels the pipeline
+        made scheduled for the CPU after (cpu_schedules.py; the module's own PrimFuncs are left
+        as written)."""
         with self.target:
             offloaded = offload_to_torch(mod) if (offload or self.offload) == TORCH else mod
             lowered = self.pipeline.make()(offloaded)

@@ -28,8 +28,8 @@ SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) 
 
 
 def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
-    """`mod` with its matmul kernels scheduled for the CPU `target`, except those named in `keep`
-    (the module's own PrimFuncs) and those already scheduled."""
+    """`mod` with its matmul and convolution kernels scheduled for the CPU `target`, except those
+    named in `keep` (the module's own PrimFuncs) and those already scheduled."""
     if target.kind.name != "llvm":
         return mod
     lanes = vector_lanes(target)

@@ -96,13 +96,10 @@ def torch_calls(func: relax.Function) -> list[str]:
 
 # -- patterns ------------------------------------------------------------------------------------
 def _float(*exprs) -> bool:
-    return (
-        all(
-            isinstance(e.ty, relax.TensorType) and str(e.ty.dtype) in FLOATS and e.ty.ndim >= 0
-            for e in exprs
-        )
-        and len({str(e.ty.dtype) for e in exprs}) == 1
-    )
+    """Whether the expressions are tensors of one floating-point dtype (what PyTorch's CPU
+    kernels take)."""
+    dtypes = {str(e.ty.dtype) if isinstance(e.ty, relax.TensorType) else "" for e in exprs}
+    return len(dtypes) == 1 and dtypes <= FLOATS
 
 
 def _shape(expr) -> list | None:
