@@ -319,8 +319,8 @@ def fast_lines(fast: dict) -> list[str]:
         f'- target `{fast["target"]}`: `{{"kind": "llvm", "mcpu": "native"}}`, the CPU '
         "of this machine (code compiled so may not run on an older one); TVM's parallel loops "
         f"run on its own thread pool, PyTorch on {fast['torch_threads']} threads",
-        "- no Relax pipeline schedules a matmul on a CPU: the MLP's kernels run their loops as "
-        "legalized, whatever the fusion",
+        "- no Relax pipeline schedules a matmul on a CPU; under every pipeline the MLP's matmul "
+        "kernels get this package's default CPU schedule (`cpu_schedules.py`), fused or not",
     ]
 
 
