@@ -91,7 +91,7 @@ def measure(threads: int, number: int, repeat: int, rounds: int) -> dict:
             if model is None:
                 module_cell(shell, name, "mlp", MLP, options)
             else:
-                shell.run(f"%tvmmodule {name} {options}", store_history=False)
+                shell.ip.run_line_magic("tvmmodule", f"{name} {options}")
                 shell.ns[name].add_torch(model, args)
             live = shell.ns[name]
             got = outputs(live.get_function(fn)(*args))
