@@ -35,6 +35,7 @@ MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 16
 GUARD_NUMBER, GUARD_ROUNDS = 20, 5
 REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
 MODEL_LAYERS, MODEL_REPEATS = 4, 3
+MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS, MODELS_THREADS = 5, 3, 3, (1, 2)
 
 METHOD = (HERE / "METHOD.md").read_text()
 
@@ -73,18 +74,25 @@ TABLES = {
         ratio="remote ÷ local",
     ),
     "model": Table("A model at scale: a 4-layer transformer imported with `add_torch`"),
+    "models": Table(
+        "Models against PyTorch eager: without options and with `--offload torch`, 1 and 2 "
+        "threads each side",
+        second="PyTorch",
+        ratio="PyTorch ÷ ours",
+    ),
 }
 
 
-def section(script: str, *args: object) -> dict:
-    """Run one section in a fresh interpreter and return its JSON figures."""
+def section(script: str, *args: object, env: dict | None = None) -> dict:
+    """Run one section in a fresh interpreter (`env` added to its environment) and return its
+    JSON figures."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, str(HERE / script), *map(str, args)],
         cwd=HERE,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        env={**os.environ, "PYTHONPATH": str(HERE), **(env or {})},
     )
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -311,8 +319,8 @@ def fast_lines(fast: dict) -> list[str]:
         f'- target `{fast["target"]}`: `{{"kind": "llvm", "mcpu": "native"}}`, the CPU '
         "of this machine (code compiled so may not run on an older one); TVM's parallel loops "
         f"run on its own thread pool, PyTorch on {fast['torch_threads']} threads",
-        "- no Relax pipeline schedules a matmul on a CPU: the MLP's kernels run their loops as "
-        "legalized, whatever the fusion",
+        "- no Relax pipeline schedules a matmul on a CPU; under every pipeline the MLP's matmul "
+        "kernels get this package's default CPU schedule (`cpu_schedules.py`), fused or not",
     ]
 
 
@@ -397,6 +405,57 @@ def model_rows(model: dict) -> list[Row]:
     ]
 
 
+MODEL_NAMES = {
+    "mlp": "MLP 32×256 → 512 → 512 → 10 (ReLU), written in Relax",
+    "transformer": "`nn.TransformerEncoderLayer` d 128, 4 heads, seq 64, `add_torch`",
+    "resnet": "ResNet-18-shaped conv net (transformers `ResNetModel`), 1×3×128×128, `add_torch`",
+}
+VARIANT_NAMES = {"default": "no options", "offload": "`--offload torch`"}
+
+
+def models_rows(by_threads: dict) -> list[Row]:
+    from models import goal
+
+    rows = []
+    for threads, figures in by_threads.items():
+        for name, row in figures["rows"].items():
+            case, variant = name.split("_", 1)
+            wanted = goal(case, variant)
+            kernels = row["kernels"]
+            torch_calls = sum(k.startswith("torch.") for k in kernels)
+            rows.append(
+                Row(
+                    "models",
+                    f"{MODEL_NAMES[case]}, {VARIANT_NAMES[variant]}, {threads} thread"
+                    + ("s" if threads > 1 else ""),
+                    row["ours"],
+                    row["torch"],
+                    f"≥ {wanted}×",
+                    row["torch"] / row["ours"] >= wanted,
+                    f"{len(kernels) - torch_calls} TVM kernels, {torch_calls} PyTorch calls; "
+                    f"first call {_time(row['first_call'])}",
+                )
+            )
+    return rows
+
+
+def models_lines(by_threads: dict) -> list[str]:
+    lines = []
+    for threads, figures in by_threads.items():
+        bridge = figures["bridge"]
+        lines.append(
+            f"- {threads} thread(s): TVM's pool {figures['threads']['tvm']}, PyTorch "
+            f"{figures['threads']['torch']}; a PyTorch call through the bridge costs "
+            f"{_time(bridge['empty_call'])} beyond its op (the MLP's first `addmm` alone: "
+            f"{_time(bridge['addmm'])})"
+        )
+        for name, row in figures["rows"].items():
+            if "profile" in row:
+                ops = ", ".join(f"{op} {_time(t)}" for op, t in row["profile"])
+                lines.append(f"  - profile of {name} (per run, costliest first): {ops}")
+    return lines
+
+
 def _ratio(ratio: float) -> str:
     return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.2g}×"
 
@@ -440,6 +499,15 @@ def cost_lines(costs: dict) -> list[str]:
     ]
 
 
+def models_section() -> dict:
+    """`models.py` once per thread count, each in a process whose TVM thread pool starts with
+    that many threads (`TVM_NUM_THREADS`)."""
+    args = (MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS)
+    return {
+        n: section("models.py", n, *args, env={"TVM_NUM_THREADS": str(n)}) for n in MODELS_THREADS
+    }
+
+
 def main() -> None:
     started = time.perf_counter()
     header = machine()
@@ -457,6 +525,7 @@ def main() -> None:
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
+    models = models_section()
     rows = (
         edit_rows(edits)
         + call_rows(calls)
@@ -465,8 +534,13 @@ def main() -> None:
         + guard_rows(guards)
         + remote_rows(remote)
         + model_rows(model)
+        + models_rows(models)
     )
-    extra = {"fast": fast_lines(fast), "remote": remote_lines(remote)}
+    extra = {
+        "fast": fast_lines(fast),
+        "remote": remote_lines(remote),
+        "models": models_lines(models),
+    }
     body = []
     for key, spec in TABLES.items():
         body += ["", f"## {spec.title}", "", *table([r for r in rows if r.table == key], spec)]

@@ -30,8 +30,10 @@ from tvm.relax.vm_build import _vmcodegen
 
 from ..errors import CallError, CompileError, TVMModuleError, last_reason, reason_sentence
 from .compile_cache import export_library
+from .cpu_schedules import schedule_matmuls
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
+from .offload import NONE, TORCH, check_offload, offload_to_torch
 from .tables import text_table
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
@@ -209,13 +211,15 @@ class Build:
     """Builds PrimFuncs and Relax VMs for one target and pipeline, keeping what it built.
 
     `checked` puts the crash guards (bounds and division asserts) into CPU
-    kernels; `on_compile(kind, names)` is a context manager around each TVM
-    build, which views use to show long compiles.
+    kernels; `offload="torch"` sends the heavy Relax ops to PyTorch (offload.py);
+    `on_compile(kind, names)` is a context manager around each TVM build, which
+    views use to show long compiles.
     """
 
     def __init__(self, options, stats: CompileStats, persistent=None, module_name: str = "NAME"):
         target, local = options.target, not options.rpc
         self.target = _target(target)
+        self.offload = check_offload(options.offload, self.target, remote=not local)
         self.target_name = target
         self.module_name = module_name
         self.local = local  # False: the libraries run on another machine (RPC), never here
@@ -229,7 +233,9 @@ class Build:
         self._foreign = _foreign_architecture(self.target) if self._runs_here else None
         # everything that makes two builds of one function differ, beyond the function itself
         checks = "checked" if checked else "unchecked"
-        self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
+        self.key = (
+            f"{self.target} | pipeline {self.pipeline.name} | {checks} | offload {self.offload}"
+        )
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
         # name -> keys of its kept libraries, oldest first
@@ -468,11 +474,12 @@ class Build:
         as `tvm.runtime.load_module` loads it; returns the kernels' names.
 
         The kernels are built again, together: a library loaded from the compile cache
-        cannot be exported a second time."""
+        cannot be exported a second time. It holds TVM's own kernels for every op, also with
+        --offload torch: a library cannot carry Python."""
         builder = relax.ExecBuilder()
         functions: dict[str, tvm.tirx.PrimFunc] = {}
         if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
-            lowered = self.lower(mod)
+            lowered = self.lower(mod, offload=NONE)
             functions = {
                 gv.name_hint: f
                 for gv, f in _called_prim_funcs(lowered, _vmcodegen(builder, lowered))
@@ -486,10 +493,16 @@ class Build:
             raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
         return list(functions)
 
-    def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
-        """`mod` after this module's Relax pipeline, for the target."""
+    def lower(self, mod: tvm.IRModule, *, offload: str | None = None) -> tvm.IRModule:
+        """`mod` after this module's Relax pipeline, for the target: its heavy ops sent to
+        PyTorch first with --offload torch, and the matmul and convolution kernels the pipeline
+        made scheduled for the CPU after (cpu_schedules.py; the module's own PrimFuncs are left
+        as written)."""
         with self.target:
-            return self.pipeline.make()(mod)
+            offloaded = offload_to_torch(mod) if (offload or self.offload) == TORCH else mod
+            lowered = self.pipeline.make()(offloaded)
+        own = {gv.name_hint for gv, _ in _prim_funcs(mod)}
+        return schedule_matmuls(lowered, self.target, keep=own)
 
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()

@@ -286,7 +286,8 @@ class LiveModule(UpstreamInterface):
         return lowering.lowered(self, fn)
 
     def kernels(self, fn: str) -> list[str]:
-        """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline."""
+        """The kernels Relax function `fn` runs after the pipeline, in order (with --offload
+        torch, its PyTorch calls too)."""
         return lowering.kernels(self, fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:

@@ -18,6 +18,7 @@ from tvm import relax
 
 from ..errors import CallError
 from .cells import PRIMFUNC, RELAX
+from .offload import PREFIX, torch_calls
 
 if TYPE_CHECKING:
     from .live_module import LiveModule
@@ -26,10 +27,36 @@ CPU_FORMATS = {"ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm"}
 
 
 def lowered_relax(linked, fn: str) -> str:
-    """Relax function `fn` after the pipeline, with the kernels it calls, as TVMScript."""
+    """Relax function `fn` after the pipeline, with the kernels it calls, as TVMScript (headed by
+    the PyTorch calls it makes, with --offload torch)."""
     lowered, kernels = linked.lowered, set(kernels_of(linked, fn))
     keep = {gv: f for gv, f in lowered.functions_items() if gv.name_hint in kernels | {fn}}
-    return tvm.IRModule(keep, attrs=lowered.attrs).script(extra_config={"script.use_pep695": False})
+    text = tvm.IRModule(keep, attrs=lowered.attrs).script(extra_config={"script.use_pep695": False})
+    calls = torch_calls(lowered[fn])
+    if not calls:
+        return text
+    return (
+        f"# --offload torch: {len(calls)} PyTorch calls ({', '.join(dict.fromkeys(calls))}), "
+        f'each R.call_packed("{PREFIX}torch....")\n{text}'
+    )
+
+
+def run_order(linked, fn: str) -> list[str]:
+    """What the lowered Relax function `fn` runs, in order: its kernels (each once, as
+    `kernels_of`) and, with --offload torch, each of its PyTorch calls (`torch.linear`...)."""
+    if not torch_calls(linked.lowered[fn]):
+        return kernels_of(linked, fn)
+    order: list[str] = []
+
+    def visit(node) -> None:
+        if isinstance(node, tvm.ir.GlobalVar) and node.name_hint in linked.kernels:
+            if node.name_hint not in order:
+                order.append(node.name_hint)
+        elif isinstance(node, relax.ExternFunc) and node.global_symbol.startswith(PREFIX):
+            order.append(node.global_symbol.removeprefix(PREFIX))
+
+    relax.analysis.post_order_visit(linked.lowered[fn], visit)
+    return order
 
 
 def kernels_of(linked, fn: str) -> list[str]:
@@ -78,8 +105,9 @@ def lowered(live: LiveModule, fn: str) -> str:
 
 
 def kernels(live: LiveModule, fn: str) -> list[str]:
-    """The kernels (PrimFuncs) Relax function `fn` of `live` runs after the module's pipeline."""
-    return kernels_of(_linked(live, fn, "kernels"), fn)
+    """The kernels (PrimFuncs) Relax function `fn` of `live` runs after the module's pipeline,
+    in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...)."""
+    return run_order(_linked(live, fn, "kernels"), fn)
 
 
 def source(live: LiveModule, fn: str, fmt: str | None) -> str:

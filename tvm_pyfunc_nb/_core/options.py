@@ -41,6 +41,14 @@ OPTIONS: tuple[Option, ...] = (
         "--pipeline",
     ),
     Option(
+        "offload",
+        "none",
+        "ops sent to a library: torch runs matmul/linear, conv2d and attention as PyTorch calls "
+        "on the same memory, and TVM compiles and fuses the rest; none compiles everything "
+        "with TVM",
+        "--offload",
+    ),
+    Option(
         "checked",
         True,
         "bounds and division checks in CPU kernels, so that a bad index raises instead of "

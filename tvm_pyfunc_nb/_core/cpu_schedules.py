@@ -1,0 +1,171 @@
+"""A CPU schedule for matmuls and convolutions, written once and applied to the kernels a
+pipeline makes.
+
+No Relax pipeline of TVM 0.27 schedules a matmul or a convolution on a CPU
+(DLight's CPU rules cover GEMV and reductions), so a legalized `R.matmul` runs
+as three loops, one multiply-add at a time, on one core. This rule gives every
+matmul-shaped kernel a pipeline made (`C[.., i, j] += A[.., i, k] * B[.., k, j]`,
+`j` the last axis of `B` and `C`: `R.matmul`, batched or not, fused with what
+follows it or not) the classic CPU layout: tiles of 4 rows × 4 vectors computed
+in registers, the tiles spread over the cores, `B` read a row of vectors at a
+time and kept in cache across the rows of a column of tiles, the bias,
+activation or other element-wise ops fused after it applied to each tile as it
+is written. An NCHW `R.nn.conv2d` gets the same, its output channels as rows and
+a row of output pixels as columns. Only kernels the pipeline made are touched: a
+PrimFunc written in a cell keeps the loops its author wrote.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.analysis import get_root_block
+from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
+
+ROWS_PER_TILE = 4
+VECTORS_PER_TILE = 4
+SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) too
+
+
+def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
+    """`mod` with its matmul and convolution kernels scheduled for the CPU `target`, except those
+    named in `keep` (the module's own PrimFuncs) and those already scheduled."""
+    if target.kind.name != "llvm":
+        return mod
+    lanes = vector_lanes(target)
+    updates = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc) or gv.name_hint in keep:
+            continue
+        if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
+            continue
+        scheduled = matmul_schedule(func, lanes)
+        if scheduled is not None:
+            updates[gv] = scheduled
+    if not updates:
+        return mod
+    mod = mod.clone()  # the pipeline may hand back the module it was given: never change that
+    for gv, func in updates.items():
+        mod[gv] = func
+    return mod
+
+
+def _made_of_blocks(func: tirx.PrimFunc) -> bool:
+    """Whether `func` is a kernel of blocks (not a function of the VM's, such as a shape
+    function)."""
+    return isinstance(func.body, s_tir.SBlockRealize)
+
+
+def vector_lanes(target: tvm.target.Target) -> int:
+    """float32 lanes of the target's vector registers: 16 (AVX-512), 8 (AVX), 4 (SSE, NEON)."""
+    from tvm.target.codegen import target_has_features
+
+    if target_has_features("avx512f", target):
+        return 16
+    if target_has_features("avx", target):
+        return 8
+    return 4
+
+
+def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped.
+
+    A convolution (NCHW) is one too, read the other way round: its rows are the output
+    channels, its columns the output's last axis (a row of pixels), its depth the input
+    channels and the kernel's window."""
+    sch = s_tir.Schedule(func)
+    reductions = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
+    if reductions is None:
+        return None
+    block = reductions[0]
+    axes = _matmul_axes(sch, block)
+    if axes is None:
+        return None
+    outer, rows, (cols, width), depth = axes
+    vector = _largest_divisor(width, lanes)
+    tile_cols = _largest_divisor(width, vector * VECTORS_PER_TILE, multiple_of=vector)
+    sch.reorder(*outer, *rows, cols, *depth)
+    row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+    row_tiles, row_in = sch.split(row, [None, ROWS_PER_TILE])
+    col_tiles, col_in = sch.split(cols, [None, tile_cols])
+    col_vectors, lane = sch.split(col_in, [None, vector])
+    # a column of tiles in a row: the slice of B they read stays in cache from one to the next
+    sch.reorder(*outer, col_tiles, row_tiles, *depth, row_in, col_vectors, lane)
+    tiles = sch.fuse(*outer, col_tiles, row_tiles)
+    sch.parallel(tiles)
+    sch.vectorize(lane)
+    sch.unroll(row_in)
+    sch.unroll(col_vectors)
+    tile = sch.cache_write(block, 0, "local")  # the tile's accumulators: registers
+    _inline_consumers(sch, tile)
+    sch.reverse_compute_at(tile, tiles)
+    _vectorize_innermost(sch, tile, vector)
+    init = sch.decompose_reduction(block, depth[0])
+    _vectorize_innermost(sch, init, vector)
+    return sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def _matmul_axes(sch: s_tir.Schedule, block):
+    """The block's loops as (outer loops, row loops, (column loop, its extent), depth loops),
+    or None unless the block is a matmul whose columns are the last axis of B and C (or a
+    convolution whose columns are the last axis of its output), with a static number of
+    columns and depth, one loop for each of its axes."""
+    stmt = sch.get(block)
+    traits = detect_iter_traits(stmt)
+    loops = sch.get_loops(block)
+    if traits is None or len(loops) != len(stmt.iter_vars):
+        return None
+    kinds: dict = {}
+    by_var = {}
+    for loop, var, trait in zip(loops, stmt.iter_vars, traits[3], strict=True):
+        kinds.setdefault(trait.kind, []).append(loop)
+        by_var[var.var] = (loop, trait)
+    last = stmt.writes[0].region[-1].min
+    if not isinstance(last, tirx.Var) or last not in by_var:
+        return None
+    col_loop, col_trait = by_var[last]
+    depth = kinds.get(IterKind.kIter_K, [])
+    extents = [
+        col_trait.extent,
+        *(t.extent for _, t in by_var.values() if t.kind == IterKind.kIter_K),
+    ]
+    if not all(isinstance(e, tirx.IntImm) for e in extents):
+        return None
+    if col_trait.kind == IterKind.kIter_J:  # a matmul: B's rows are read as vectors too
+        b_last = stmt.reads[1].region[-1].min
+        if len(depth) != 1 or not (isinstance(b_last, tirx.Var) and b_last.same_as(last)):
+            return None
+        rows = kinds.get(IterKind.kIter_I, [])
+        others = kinds.get(IterKind.kIter_J, [])
+    elif col_trait.kind == IterKind.kIter_I and len(kinds.get(IterKind.kIter_J, [])) == 1:
+        rows = kinds[IterKind.kIter_J]  # a convolution: output channels as rows
+        others = kinds.get(IterKind.kIter_I, [])
+    else:
+        return None
+    outer = [*kinds.get(IterKind.kIter_S, []), *kinds.get(IterKind.kIter_T, [])]
+    outer += [loop for loop in others if not loop.same_as(col_loop)]
+    return outer, rows, (col_loop, col_trait.extent.value), depth
+
+
+def _inline_consumers(sch: s_tir.Schedule, tile) -> None:
+    """Fold the element-wise ops after the matmul (bias, activation) into the tile's write-back."""
+    progress = True
+    while progress:
+        progress = False
+        for consumer in sch.get_consumers(tile):
+            try:
+                sch.reverse_compute_inline(consumer)
+            except s_tir.ScheduleError:  # not element-wise over the tile: it runs after, whole
+                continue
+            progress = True
+
+
+def _vectorize_innermost(sch: s_tir.Schedule, block, vector: int) -> None:
+    if vector > 1:
+        sch.vectorize(sch.split(sch.get_loops(block)[-1], [None, vector])[1])
+
+
+def _largest_divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
+    """The largest divisor of `n` that is at most `at_most` and a multiple of `multiple_of` (a
+    divisor of `n` itself)."""
+    return max(d for d in range(multiple_of, min(n, at_most) + 1, multiple_of) if n % d == 0)
