@@ -170,7 +170,8 @@ def test_offload_from_config_and_its_mistakes(shell):
     try:
         shell.cell("configured", MLP)
         assert shell.ns["configured"].options.offload == "torch"
-        assert "offload torch" in shell.ns["configured"]._build.key  # never mixed in the cache
+        # never mixed in the cache
+        assert "offload torch" in shell.ns["configured"]._compiler.build.key
     finally:
         shell.run("%config TVMModuleMagics.offload = 'none'")
     err = shell.cell("typo", MLP, options="--offload pytorch", expect_error=TVMModuleError)
