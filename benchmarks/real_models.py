@@ -12,8 +12,8 @@ in one process with an empty compile cache:
   the `export()` file runs with plain Python and checks its example;
 - guard cost: the median call of the default module over that of an `--unchecked` one (both by
   `NAME.time`, TVM's time_evaluator, in alternation);
-- PyTorch ÷ ours: PyTorch eager's median call over ours (`time(..., against=model)`): above 1,
-  ours is faster.
+- ours, PyTorch, PyTorch ÷ ours: the median call of each (`time(..., against=model)`), and
+  PyTorch eager's over ours: above 1, ours is faster.
 
 Both sides run on one thread (`TVM_NUM_THREADS=1`, `torch.set_num_threads(1)`), so the machine's
 other load touches them alike. A step that fails is shown as the error's class in its column; the
@@ -26,6 +26,8 @@ import os
 
 os.environ.setdefault("TVM_NUM_THREADS", "1")  # before TVM starts its thread pool
 
+import contextlib
+import io
 import subprocess
 import sys
 import tempfile
@@ -66,7 +68,8 @@ def round_trip(shell, live, name: str, args, workdir: str) -> str:
         ("script", f"%%tvmmodule {name} --quiet\n{live.script()}"),
     ):
         before = live.ir_mod
-        shell.run(text, cell_id=f"{what}-{name}")
+        with contextlib.redirect_stdout(io.StringIO()):  # the cell's own summary
+            shell.run(text, cell_id=f"{what}-{name}")
         if not tvm_ffi.structural_equal(before, live.ir_mod):
             raise Failed(f"{what} parses to another module")
         again = flat(live.main(*args))
@@ -95,7 +98,7 @@ def measure(name: str, shell, workdir: str, errors: list[str]) -> dict:
     with torch.no_grad():
         expected = flat(model(*args))
     row = {"model": name}
-    live = shell.run(f"%tvmmodule {name} --quiet")
+    live = shell.ip.run_line_magic("tvmmodule", f"{name} --quiet")
     start = time.perf_counter()
     live.add_torch(model, args)
     row["import"] = time.perf_counter() - start
@@ -110,15 +113,13 @@ def measure(name: str, shell, workdir: str, errors: list[str]) -> dict:
         row["max error"] = max(float((a - b).abs().max()) for a, b in pairs)
     else:
         row["max error"] = f"{len(ours)} outputs, PyTorch {len(expected)}"
-    row["compare"] = step(
-        errors, name, "compare", lambda: live.compare("main", model, *args).verdict()
-    )
+    row["compare"] = step(errors, name, "compare", lambda: verdict(live, model, args))
     row["round trip"] = step(
         errors, name, "round trip", lambda: round_trip(shell, live, name, args, workdir)
     )
 
     def guards() -> float:
-        unchecked = shell.run(f"%tvmmodule {name}_unchecked --unchecked --quiet")
+        unchecked = shell.ip.run_line_magic("tvmmodule", f"{name}_unchecked --unchecked --quiet")
         unchecked.add_torch(model, args)
         unchecked.main(*args)
         return guard_cost(live, unchecked, args)
@@ -127,14 +128,26 @@ def measure(name: str, shell, workdir: str, errors: list[str]) -> dict:
 
     def against_pytorch() -> float:
         timing = live.time("main", *args, number=NUMBER, repeat=REPEAT * ROUNDS, against=model)
+        row["ours"], row["PyTorch"] = timing.median, timing.against.median
         return 1 / timing.ratio
 
     row["PyTorch ÷ ours"] = step(errors, name, "time against PyTorch", against_pytorch)
     return row
 
 
+def verdict(live, model, args) -> str:
+    """`compare`'s verdict, short: pass, or the first binding that diverges."""
+    comparison = live.compare("main", model, *args)
+    first = comparison.first_divergence
+    if comparison.passed and first is None:
+        return "pass"
+    if first is not None:
+        return f"FAIL at `{first.binding}` ({first.op})"
+    return "FAIL, no op alone"
+
+
 COLUMNS = ("model", "import", "first call", "max error", "compare", "round trip")
-COLUMNS += ("guard cost", "PyTorch ÷ ours")
+COLUMNS += ("guard cost", "ours", "PyTorch", "PyTorch ÷ ours")
 
 
 def cell(column: str, value) -> str:
@@ -142,6 +155,8 @@ def cell(column: str, value) -> str:
         return "" if value is None else value
     if column in ("import", "first call"):
         return f"{value:.2f} s"
+    if column in ("ours", "PyTorch"):
+        return f"{value * 1e6:.0f} µs"
     if column == "max error":
         return f"{value:.2g}"
     return f"{value:.2f}×"

@@ -75,7 +75,7 @@ def gpt2() -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32)
-    config.use_cache = False
+    config.update({"use_cache": False, "bos_token_id": 0, "eos_token_id": 0})
     return GPT2LMHeadModel(config)
 
 
@@ -97,10 +97,10 @@ def resnet() -> torch.nn.Module:
 
 
 def mobilenet() -> torch.nn.Module:
-    from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
+    from transformers import MobileNetV1Config, MobileNetV1ForImageClassification
 
-    config = MobileNetV2Config(image_size=IMAGE, depth_multiplier=0.25, num_labels=5)
-    return MobileNetV2ForImageClassification(config)
+    config = MobileNetV1Config(image_size=IMAGE, depth_multiplier=0.25, num_labels=5)
+    return MobileNetV1ForImageClassification(config)
 
 
 # -- torch.nn recurrent layers ---------------------------------------------------------------
