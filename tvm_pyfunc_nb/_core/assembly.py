@@ -63,6 +63,7 @@ class UpdateResult:
     shadowed: list[str] = field(
         default_factory=list
     )  # defined names a live module's own attr hides
+    notes: list[str] = field(default_factory=list)  # changes made on the way in (repairs)
 
     def __repr__(self) -> str:
         return notices_text(self)
@@ -72,6 +73,7 @@ def notices_text(result: UpdateResult, by: str | None = None) -> str:
     """What a change did, in lines a user reads (the cell view's text, `add`'s output)."""
     defined = ", ".join(f"{n} ({result.kinds.get(n, '?')})" for n in result.defined)
     lines = [f"{result.module}: {by or result.by} defines {defined or 'nothing'}"]
+    lines += [f"  {note}" for note in result.notes]
     lines += [f"  {n} replaces the definition from {o}" for n, o in result.replaced.items()]
     lines += [f"  {n} is the definition from {o} again" for n, o in result.restored.items()]
     if result.removed:
@@ -236,6 +238,7 @@ class Assembly:
             by=contribution.origin if contribution else "removing functions",
             defined=defined,
             kinds={name: state.entries[name].kind for name in defined if name in state.entries},
+            notes=list(contribution.notes) if contribution else [],
         )
         for name in defined:
             earlier = before.get(name)

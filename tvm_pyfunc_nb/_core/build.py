@@ -28,7 +28,7 @@ from tvm.relax.vm_build import _vmcodegen
 
 from ..errors import CallError, CompileError, TVMModuleError, last_reason
 from .compile_cache import export_library
-from .crash_guards import guard_bounds, guard_division, missing_symbols
+from .crash_guards import guard, missing_symbols
 
 MAX_KEPT_LIBRARIES = 256
 # Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
@@ -420,7 +420,7 @@ class Build:
     def _as_built(self, name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
         """`func` as this build compiles it: named `name`, guards in if checked (CPU)."""
         if self.checked and self.target.kind.name == "llvm":
-            func = guard_bounds(guard_division(func, name), name)
+            func = guard(func, name)
         return func.with_attr("global_symbol", name)
 
     def _unbound_advice(self, name: str, func: tvm.tirx.PrimFunc) -> str:

@@ -167,9 +167,17 @@ class CallTable:
         return call
 
     def compiled_callable(
-        self, entry: FunctionEntry, function, compiled: tuple, *, device, writes_args: bool
+        self,
+        entry: FunctionEntry,
+        function,
+        compiled: tuple,
+        *,
+        device,
+        writes_args: bool,
+        explain: Callable[[TVMModuleError], TVMModuleError] | None = None,
     ) -> Callable:
         """A compiled PrimFunc or Relax function: torch in, torch out, the call recorded.
+        `explain` may say more of an error a call raised (which binding a check stopped in).
 
         The compiled function sits in a list that `release` empties: a callable may
         outlive a change, and then it asks the table again instead of keeping old code alive.
@@ -215,6 +223,8 @@ class CallTable:
                     # not `call`: a closure naming itself is a cycle that keeps the VM alive
                     return table.handle(name)(*args)
                 error = refused(name, specs, args, err, device, cell_lines)
+                if explain is not None:
+                    error = explain(error)
                 table.record(name, args, None, start, stats.seconds, (), error)
                 # a pyfunc's error keeps its own traceback
                 raise error from (error.__cause__ or err)

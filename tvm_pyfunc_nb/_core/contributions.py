@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,7 @@ class Contribution:
     # whose run again is an edit of itself)
     reports_rerun: bool = False
     global_infos: Mapping[str, Any] = field(default_factory=dict)
+    notes: Sequence[str] = ()  # what was changed on the way in (an importer's defects repaired)
 
     def with_entries(self, entries: Mapping[str, FunctionEntry]) -> Contribution:
         """This contribution with its functions replaced by `entries`' versions of them."""

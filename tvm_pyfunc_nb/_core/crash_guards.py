@@ -22,6 +22,11 @@ before TVM sees it.
 
 Reads in the branches of `T.if_then_else` are left unguarded: only the branch
 taken runs, so they are often guarded by the condition (padding).
+
+`guard` applies both run-time checks. Kernels written with `T.sblock`s (what
+Relax legalization makes of an imported model's ops) are checked in their
+lowered form, and built as they are when they need no check: an `R.take`
+whose indices come from data is guarded, an elementwise add or a matmul is not.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
 # Part of the compile cache's key: a library built under other guards is another library.
-GUARDS_VERSION = 2
+GUARDS_VERSION = 3
 
 _EXTERN_CALLS = {"tirx.call_extern", "tirx.call_pure_extern", "tirx.call_cpacked"}
 _DIVISIONS = (tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod)
@@ -55,10 +60,33 @@ _OOB_PATH = re.compile(r"Access path: <root>\.functions\[[^\]]*\](\S*)")
 _PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 
+# What tirx.build does first to a kernel with `T.sblock`s (on a CPU): what is left is plain
+# loops and buffer accesses, which the guards check as they check written ones.
+_LOWER_SBLOCKS = tvm.transform.Sequential(
+    [
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerMatchBuffer(),
+        s_tir.transform.LowerOpaqueBlock(),
+    ]
+)
+
+
+def guard(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
+    """`func` with the run-time checks it needs (`guard_division`, `guard_bounds`), or `func`
+    itself when it needs none. A kernel with `T.sblock`s is checked in its lowered form."""
+    plain = func
+    if _has_sblocks(func):
+        plain = _LOWER_SBLOCKS(tvm.IRModule({name: func}))[name]
+    guarded = guard_bounds(guard_division(plain, name), name)
+    return func if tvm_ffi.structural_equal(guarded, plain) else guarded
+
+
 def has_guards(func: tirx.PrimFunc, name: str) -> bool:
     """Whether the guards put any check into `func` (a kernel whose bounds TVM proves gets none)."""
-    guarded = guard_bounds(guard_division(func, name), name)
-    return not tvm_ffi.structural_equal(guarded, func)
+    return not guard(func, name).same_as(func)
 
 
 # -- reads and writes outside a buffer ---------------------------------------------------
@@ -200,7 +228,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
 
     Loop ranges and bound values are known to the prover, so the accesses of a kernel
     whose sizes agree need no assert and cost nothing. Functions with `T.sblock`s
-    (schedulable TIR, e.g. what Relax generates) are left as they are.
+    are left as they are (`guard` lowers them first).
     """
     if _has_sblocks(func):
         return func

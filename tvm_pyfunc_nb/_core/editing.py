@@ -1,7 +1,8 @@
 """A function as cell text that parses back to it, weights included: what `NAME.edit` puts below.
 
 TVM prints a tensor constant as `metadata["ir.GenericConst"][i]`, which does
-not parse back in a cell. Here each one is named in the module's constant
+not parse back in a cell (and so a scalar of a dtype it does not print
+inline: bfloat16, float8, unsigned). Here each one is named in the module's constant
 table (`NAME.consts`: an imported weight by its parameter's name, others
 `<function>_c<k>`), and the text refers to it as `NAME.consts.<name>`: the
 Relax parser takes a Python value that is a constant, so the function parses
@@ -24,6 +25,10 @@ from .printer import member_sources, module_script
 _MARKER = "__tvmnb_const_"
 _MARKER_DECLARATION = re.compile(rf"^\s*{_MARKER}\d+: .*\n", re.MULTILINE)
 _MARKER_USE = re.compile(rf"\b{_MARKER}(\d+)\b")
+# The scalar dtypes TVM 0.27 prints as `R.const(value, dtype)` (measured); others go to metadata.
+_PRINTED_INLINE = frozenset(
+    {"bool", "int8", "int16", "int32", "int64", "float16", "float32", "float64"}
+)
 _TYPE_VARS = re.compile(r'^((\w+) = TypeVar\("\w+"\))$', re.MULTILINE)
 
 
@@ -92,11 +97,14 @@ def describe(constant) -> str:
 
 
 def tensor_constants(func) -> list:
-    """The tensor constants (not scalars, which print inline) of a Relax function, in order."""
+    """The constants of a Relax function that TVM prints as metadata, in order: tensors, and
+    scalars of a dtype it does not print inline."""
     found: list = []
 
     def visit(expr) -> None:
-        is_tensor = isinstance(expr, tvm.ir.GenericConst) and len(expr.value.shape) > 0
+        is_tensor = isinstance(expr, tvm.ir.GenericConst) and (
+            len(expr.value.shape) > 0 or expr.value.dtype not in _PRINTED_INLINE
+        )
         if is_tensor and not any(c.same_as(expr) for c in found):
             found.append(expr)
 

@@ -26,6 +26,23 @@ import tvm
 from .._version import __version__
 from .tensors import to_torch
 
+_LOADERS = '''def _load(text):
+    """Arrays by name; a dtype numpy lacks (bfloat16) travels as its bits, as `name:dtype`."""
+    arrays = {}
+    with np.load(io.BytesIO(base64.b64decode(text))) as data:
+        for key in data.files:
+            name, _, dtype = key.partition(":")
+            arrays[name] = data[key].view(getattr(ml_dtypes, dtype)) if dtype else data[key]
+    return arrays
+
+
+def _constants(text):
+    # each keeps its dtype: relax.const(array) would make int64 int32 and float64 float32
+    arrays = _load(text).items()
+    return types.SimpleNamespace(**{k: relax.const(tvm.runtime.tensor(a)) for k, a in arrays})
+
+'''
+
 _RUNTIME = '''
 
 PYFUNCS = {pyfuncs!r}
@@ -56,8 +73,8 @@ def _called_from_relax(pyfunc):
 
 
 def _arrays(text):
-    with np.load(io.BytesIO(base64.b64decode(text))) as data:
-        return [data[f"a{{i}}"] for i in range(len(data.files))]
+    arrays = _load(text)
+    return [arrays[f"a{{i}}"] for i in range(len(arrays))]
 
 
 def _flat(value):
@@ -108,17 +125,14 @@ def python_file(
         "import sys",
         "import types",
         "",
+        "import ml_dtypes",
         "import numpy as np",
         "import torch",
         "import tvm",
         "from tvm import relax",
         "",
         "",
-        "def _constants(text):",
-        "    with np.load(io.BytesIO(base64.b64decode(text))) as data:",
-        "        return types.SimpleNamespace(**{k: relax.const(data[k]) for k in data.files})",
-        "",
-        "",
+        _LOADERS,
         f"consts = _constants({_npz(constants)!r})",
         "",
     ]
@@ -138,8 +152,16 @@ def python_file(
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> str:
+    """`.npz` bytes in base64; an array of a dtype numpy lacks (ml_dtypes' bfloat16, float8)
+    as its bits, under `name:dtype` (`np.savez` would write it as raw bytes of no dtype)."""
     buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
+    native = {
+        (k if a.dtype.kind != "V" else f"{k}:{a.dtype.name}"): (
+            a if a.dtype.kind != "V" else a.view(f"u{a.dtype.itemsize}")
+        )
+        for k, a in arrays.items()
+    }
+    np.savez(buffer, **native)
     return base64.b64encode(buffer.getvalue()).decode()
 
 

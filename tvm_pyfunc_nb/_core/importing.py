@@ -5,6 +5,9 @@ importers, or another tool), a `PrimFunc`, a Relax `Function`, or a Python
 callable; a list of them is one contribution. Constants (weights) travel
 inside the functions; module attributes and global infos come along.
 
+Every Relax function added has the known defects of TVM's importers
+repaired first (`model_repairs`); the notices say what changed.
+
 `add_torch` exports a `torch.nn.Module` with `torch.export`, decomposes it
 as TVM's `from_exported_program` does, and translates it with TVM's own
 `ExportedProgramImporter`, whose environment (FX node -> Relax var) gives
@@ -29,6 +32,7 @@ from tvm.ir import GlobalVar
 from ..errors import CallError, ModelImportError, last_reason
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
+from .model_repairs import repair_imported
 from .pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
 
 ADDABLE = "an IRModule, a PrimFunc, a Relax Function or a Python callable (or a list of them)"
@@ -47,6 +51,7 @@ def added_contribution(
     if name is not None and len(items) != 1:
         raise CallError("add: name= names one function; give a list of named functions instead")
     found: dict[str, tuple[Any, Mapping[str, Callable]]] = {}
+    repairs: list[str] = []
     attrs: dict[str, Any] = {}
     infos: dict[str, Any] = {}
     for item in items:
@@ -64,6 +69,9 @@ def added_contribution(
                 raise CallError(
                     f"add: two functions named `{fn_name}` in one add", function=fn_name
                 )
+            if isinstance(func, relax.Function):
+                func, repaired = repair_imported(func, fn_name)
+                repairs += repaired
             found[fn_name] = (func, pyfuncs)
     if not found:
         raise CallError(f"add: nothing to add in {type(obj).__name__}")
@@ -72,7 +80,9 @@ def added_contribution(
         fn_name: _entry(fn_name, func, pyfuncs, key, run, namespace, module_name)
         for fn_name, (func, pyfuncs) in found.items()
     }
-    return Contribution(key, origin, functions, attrs=attrs, global_infos=infos, reports_rerun=True)
+    return Contribution(
+        key, origin, functions, attrs=attrs, global_infos=infos, reports_rerun=True, notes=repairs
+    )
 
 
 def _name_of(item: Any, name: str | None) -> str:

@@ -22,6 +22,7 @@ import inspect
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -40,8 +41,9 @@ from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
 from .crash_guards import has_guards
-from .editing import ConstantTable, function_text, module_text, name_constants
+from .editing import ConstantTable, describe, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
+from .guard_sites import name_the_binding
 from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
@@ -805,9 +807,20 @@ class LiveModule:
             except CallError as err:
                 raise CallError(err.detail, function=name) from err.__cause__
         compiled = tuple(self.stats.since(mark))
+        explain = partial(self._stopped_in, linked, name) if entry.kind == RELAX else None
         return self._calls.compiled_callable(
-            entry, function, compiled, device=self.device, writes_args=writes_args
+            entry, function, compiled, device=self.device, writes_args=writes_args, explain=explain
         )
+
+    def _stopped_in(self, linked, fn: str, error: TVMModuleError) -> TVMModuleError:
+        """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did."""
+        names = {self.consts[n]: n for n in self.consts}
+
+        def constant_text(constant) -> str:
+            known = names.get(constant)
+            return f"{self.name}.consts.{known}" if known else f"<constant {describe(constant)}>"
+
+        return name_the_binding(error, linked.mod, linked.lowered, fn, constant_text)
 
     def _remote_callable(self, entry: FunctionEntry) -> Callable:
         """`entry` compiled here, uploaded and run on the remote device (at its first call)."""

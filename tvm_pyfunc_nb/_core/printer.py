@@ -8,6 +8,9 @@ it cannot round-trip:
   without touching the inside of multi-line strings;
 - `R.call_py_func(R.str("f"), (x, y), ty_args=(T,))`, which the parser
   rejects, becomes `R.call_py_func("f", x, y, out_ty=T)`;
+- a non-finite scalar, printed `R.const("-inf", "float32")`, which the parser
+  rejects ("value has to be scalar or Tensor"), becomes
+  `R.const(float("-inf"), "float32")` (every attention mask has one);
 - the import header, which upstream prints commented out, becomes real, and
   the class inherits `BasePyModule` when it holds pyfuncs. The parser then
   adds the `base_py_module` module attr itself and rejects a second
@@ -20,6 +23,7 @@ Functions keep upstream's order: PrimFuncs, then pyfuncs (and any other
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 import tvm
 from tvm import relax
@@ -48,7 +52,7 @@ def module_script(name: str, ir_mod: tvm.IRModule, *, py_module: bool = False) -
     pyfuncs = _pyfunc_sources(ir_mod)
     py_module = py_module or bool(pyfuncs)
     printed = ir_mod.script(name=name, extra_config=_PRINTER_CONFIG)
-    text = _uncomment_imports(_fix_call_py_func(printed))
+    text = _uncomment_imports(_fix_calls(printed))
     lines = text.splitlines(keepends=True)
     cls = _module_class(ast.parse(text))
     edits = []
@@ -162,14 +166,36 @@ def _is_call(node: ast.AST | None, namespace: str, attr: str) -> bool:
     )
 
 
-def _fix_call_py_func(text: str) -> str:
-    """Rewrite upstream's `R.call_py_func` calls into the form its parser accepts.
+def _fix_calls(text: str) -> str:
+    """Rewrite the calls upstream prints in a form its parser rejects into one it accepts.
 
-    The IR holds the arguments as one tuple and the output as one type (an
-    `R.Tuple` for several outputs); the parser takes the arguments as varargs
-    (a tuple argument would be wrapped once more) and `out_ty` as a tensor
-    type or a list of them. Edits go through the AST's positions, so nothing
-    else on the line can be mistaken for a call.
+    `R.call_py_func`: the IR holds the arguments as one tuple and the output
+    as one type (an `R.Tuple` for several outputs); the parser takes the
+    arguments as varargs (a tuple argument would be wrapped once more) and
+    `out_ty` as a tensor type or a list of them. `R.const("nan", ...)`: the
+    parser takes a number, and `float("nan")` is one.
+    """
+
+    def non_finite(node: ast.AST) -> tuple[ast.AST, str] | None:
+        if _is_call(node, "R", "const") and node.args and _is_str(node.args[0]):
+            return node.args[0], f"float({ast.get_source_segment(text, node.args[0])})"
+        return None
+
+    text = _rewrite(text, non_finite)
+
+    def py_func_call(node: ast.AST) -> tuple[ast.AST, str] | None:
+        if _is_call(node, "R", "call_py_func") and [k.arg for k in node.keywords] == ["ty_args"]:
+            return node, _call_py_func_text(text, node)
+        return None
+
+    return _rewrite(text, py_func_call)
+
+
+def _rewrite(text: str, pick: Callable[[ast.AST], tuple[ast.AST, str] | None]) -> str:
+    """`text` with each node `pick` chooses replaced by the text it gives (no two may overlap).
+
+    Edits go through the AST's positions, so nothing else on the line can be
+    mistaken for what is rewritten.
     """
     data = text.encode()
     line_starts = [0]
@@ -177,13 +203,19 @@ def _fix_call_py_func(text: str) -> str:
         line_starts.append(line_starts[-1] + len(line))
     edits = []
     for node in ast.walk(ast.parse(text)):
-        if _is_call(node, "R", "call_py_func") and [k.arg for k in node.keywords] == ["ty_args"]:
-            start = line_starts[node.lineno - 1] + node.col_offset
-            end = line_starts[node.end_lineno - 1] + node.end_col_offset
-            edits.append((start, end, _call_py_func_text(text, node)))
+        picked = pick(node)
+        if picked is not None:
+            old, new = picked
+            start = line_starts[old.lineno - 1] + old.col_offset
+            end = line_starts[old.end_lineno - 1] + old.end_col_offset
+            edits.append((start, end, new))
     for start, end, new in sorted(edits, reverse=True):
         data = data[:start] + new.encode() + data[end:]
     return data.decode()
+
+
+def _is_str(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
 
 
 def _call_py_func_text(text: str, call: ast.Call) -> str:

@@ -263,6 +263,7 @@ def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
     )
     module = escape(result.module)
     lines = [f"<b>{module}</b>: {escape(by or result.by)} defines {defined or 'nothing'}"]
+    lines += [escape(note) for note in result.notes]
     lines += [
         f"<code>{escape(n)}</code> replaces the definition from {escape(origin)}"
         for n, origin in result.replaced.items()
