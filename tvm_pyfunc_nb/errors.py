@@ -109,6 +109,27 @@ def last_reason(err: BaseException) -> str:
     return text if len(text) < 300 else text[:297] + "..."
 
 
+# A line of generated code quoted in an error (LLVM IR: `%12 = fcmp oeq i1 %8, %11, !dbg !42`)
+_CODE_LINE = re.compile(r"^(%[\w.]+ = |!\d|define |declare |store |br |ret |call |tail call )")
+
+
+def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
+    """TVM's reason in a sentence or two: its message without backtraces, without the code it
+    quotes (a line of LLVM IR, an offending call named by the pipeline's internal names)."""
+    kept = []
+    for line in str(err).strip().splitlines():
+        line = line.strip()
+        if line.startswith("Offending call:"):
+            break
+        if line and not _is_noise(line) and not _CODE_LINE.match(line):
+            kept.append(_CHECK_FAILED.sub("", line))
+    text = " ".join(kept) or type(err).__name__
+    if len(text) > max_chars:
+        cut = text.rfind(". ", 0, max_chars)
+        text = text[: cut + 1] if cut > 0 else text[: max_chars - 3] + "..."
+    return text
+
+
 @contextlib.contextmanager
 def native_stderr_silenced() -> Iterator[None]:
     """Nothing TVM's C++ side writes to stderr (fd 2) reaches the notebook meanwhile.

@@ -26,9 +26,10 @@ from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
-from ..errors import CallError, CompileError, TVMModuleError, last_reason
+from ..errors import CallError, CompileError, TVMModuleError, last_reason, reason_sentence
 from .compile_cache import export_library
 from .crash_guards import guard, missing_symbols
+from .failed_bindings import kernel_binding, unlowered_binding
 
 MAX_KEPT_LIBRARIES = 256
 # Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
@@ -399,9 +400,12 @@ class Build:
         except CompileError as err:
             return err
         except Exception as err:  # TVM raises many types; each means "this does not compile"
-            return CompileError(
-                f"does not compile for target {self.target_name}: {last_reason(err)}", function=name
+            failed = CompileError(
+                f"does not compile for target {self.target_name}: {reason_sentence(err)}",
+                function=name,
             )
+            failed.__cause__ = err  # kept, not raised here: %tb shows TVM's own story later
+            return failed
         finally:
             self._record("tir", (name,), start)
         return lib
@@ -511,12 +515,16 @@ class Build:
             leftover = _vmcodegen(builder, lowered)
         except Exception as err:
             self._record("vm", names, start)
-            raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
+            found = unlowered_binding(mod, err, self.target)
+            if found is None:
+                raise CompileError(f"Relax lowering failed: {reason_sentence(err)}") from err
+            raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
         build_start = time.perf_counter()
         called = dict((gv.name_hint, f) for gv, f in _called_prim_funcs(lowered, leftover))
         built = self._kernels(called, set(called), use_cache)
         for name, kernel in built.items():
-            _raise_if_failed(kernel.lib, name)
+            if isinstance(kernel.lib, CompileError):
+                raise _kernel_failure(mod, name, kernel.lib, self.target)
         libraries = _link_order(built)
         if libraries is None:  # kept libraries disagree on a kernel both hold: build them anew
             built = self._build_together(called) or {
@@ -629,5 +637,17 @@ def _link_order(built: dict[str, _Built]) -> list | None:
 
 def _raise_if_failed(lib, name: str):
     if isinstance(lib, CompileError):
-        raise CompileError(lib.detail, function=name)
+        raise CompileError(lib.detail, function=name) from lib.__cause__
     return lib
+
+
+def _kernel_failure(mod: tvm.IRModule, kernel: str, failed: CompileError, target) -> CompileError:
+    """A kernel the pipeline made for `mod` does not compile: the error names the Relax binding it
+    came from, as the user's text shows it (else the kernel)."""
+    found = kernel_binding(mod, kernel, target)
+    if found is None:
+        error = CompileError(failed.detail, function=kernel)
+    else:
+        error = CompileError(f"{found[1]} {failed.detail}", function=found[0])
+    error.__cause__ = failed.__cause__
+    return error

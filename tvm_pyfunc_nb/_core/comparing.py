@@ -1,24 +1,43 @@
 """`NAME.compare("fn", reference, *args)`: where TVM's numbers leave PyTorch's.
 
 Always per output: the largest absolute and relative error, and whether it
-is within `rtol`/`atol` (as `torch.allclose` judges). When `fn` came from
-`NAME.add_torch(reference, ...)`, also op by op: each binding of a traced
-run against the value of the FX node it came from (captured with
+is within `rtol`/`atol` (as `torch.allclose` judges) plus what rounding in
+the dtype explains. Outputs are matched by field (a `ModelOutput`, a dict) or
+by position (tuples, lists), as `torch.utils._pytree` flattens them. When `fn`
+came from `NAME.add_torch(reference, ...)`, also op by op: each binding of a
+traced run against the value of the FX node it came from (captured with
 `torch.fx.Interpreter` on the exported graph), and the first binding that
 diverges is named with the PyTorch op behind it. A binding with no FX node
 of its own (the matmul inside an `addmm`, a binding a cell added) is listed
 as such, never matched by guess.
+
+A binding diverges only when its error is more than rounding explains: the
+rounding of its own op (a few units in the last place of its dtype, times
+the square root of the reduction behind each value: a matmul's inner
+dimension, a convolution's window, a softmax's axis), plus the error its
+inputs already carried, both in proportion to the size of its values. So a
+float32 conv net that is right shows no divergence however deep it is, and
+the first binding that does diverge is where the error starts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
+from tvm import relax
 
 from .importing import NodeRef, TorchOrigin
 from .tracing import Trace, text_table
+
+# Units in the last place one op may be off by on its own (before its reduction's sqrt(n)).
+ROUNDING_ULPS = 8
+# How much an op may amplify the error its inputs carry, relative to its values' size.
+ERROR_GROWTH = 16
 
 
 @dataclass(frozen=True)
@@ -29,9 +48,24 @@ class Difference:
     max_rel: float
     passed: bool
     note: str = ""  # why they could not be compared element by element
+    scale: float = 0.0  # the largest finite |expected|: what the error is in proportion to
+
+    @property
+    def relative_to_scale(self) -> float:
+        return self.max_abs / self.scale if self.scale > 0 else 0.0
 
 
-def difference(actual: Any, expected: Any, rtol: float, atol: float) -> Difference:
+def rounding(dtype: torch.dtype) -> float:
+    """The relative rounding error of one op in `dtype` (0 for exact dtypes)."""
+    return ROUNDING_ULPS * torch.finfo(dtype).eps if dtype.is_floating_point else 0.0
+
+
+def difference(
+    actual: Any, expected: Any, rtol: float, atol: float, *, reduction: int = 1, inherited=0.0
+) -> Difference:
+    """`actual` against `expected`, within `atol + rtol·|expected|` plus what rounding explains:
+    the op's own (`reduction` values summed into each) and the `inherited` relative error of
+    its inputs, both times the largest |expected|."""
     if not isinstance(actual, torch.Tensor) or not isinstance(expected, torch.Tensor):
         same = actual == expected
         return Difference(
@@ -51,11 +85,15 @@ def difference(actual: Any, expected: Any, rtol: float, atol: float) -> Differen
     b = expected.detach().to(torch.float64)
     if a.numel() == 0:
         return Difference(0.0, 0.0, True)
-    gap = (a - b).abs()
+    finite = b[b.isfinite()].abs()
+    scale = float(finite.max()) if finite.numel() else 0.0
+    slack = scale * (rounding(expected.dtype) * math.sqrt(reduction) + ERROR_GROWTH * inherited)
+    same = (a == b) | (a.isnan() & b.isnan())  # equal infinities are no error
+    gap = torch.where(same, 0.0, (a - b).abs())
     nonzero = b.abs() > atol
     max_rel = float((gap[nonzero] / b.abs()[nonzero]).max()) if bool(nonzero.any()) else 0.0
-    passed = bool(torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True).all())
-    return Difference(float(gap.max()), max_rel, passed)
+    passed = bool((same | (gap <= atol + slack + rtol * b.abs())).all())
+    return Difference(float(gap.max()), max_rel, passed, scale=scale)
 
 
 @dataclass(frozen=True)
@@ -79,6 +117,7 @@ class Comparison:
     outputs: list[Difference]
     ops: list[OpCheck] | None = None  # None: not compared op by op
     why_not_op_by_op: str = ""
+    output_names: list[str] = field(default_factory=list)  # `logits`, `0`, `1.0`: PyTorch's
 
     @property
     def passed(self) -> bool:
@@ -86,21 +125,22 @@ class Comparison:
 
     @property
     def first_divergence(self) -> OpCheck | None:
-        """The first binding whose value leaves PyTorch's (the ones after it inherit the gap)."""
+        """The first binding whose error is more than rounding and its inputs' error explain."""
         for check in self.ops or ():
             if check.diff is not None and not check.diff.passed:
                 return check
         return None
 
     def output_rows(self) -> list[tuple[str, str, str, str]]:
+        names = self.output_names or [str(i) for i in range(len(self.outputs))]
         return [
             (
-                f"output {i}",
+                f"output {which}",
                 _number(d.max_abs),
                 _number(d.max_rel),
                 ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
             )
-            for i, d in enumerate(self.outputs)
+            for which, d in zip(names, self.outputs, strict=True)
         ]
 
     def op_rows(self) -> list[tuple[str, str, str, str, str, str]]:
@@ -126,18 +166,27 @@ class Comparison:
         return rows
 
     def verdict(self) -> str:
-        """One line: where the numbers diverge first, and how to open that function."""
+        """One line that agrees with the tables: whether the outputs match, and where the
+        numbers diverge first (with how to open that function)."""
         first = self.first_divergence
         if first is not None:
-            return (
-                f"first divergence: `{first.binding}` = {first.op}, from PyTorch's "
-                f"{first.node.op} (node `{first.node.node}`): max abs error "
-                f"{_number(first.diff.max_abs)}; open it with "
-                f"{self.module}.edit({self.function!r})"
+            where = (
+                f"`{first.binding}` = {first.op}, from PyTorch's {first.node.op} "
+                f"(node `{first.node.node}`): max abs error {_number(first.diff.max_abs)}; "
+                f"open it with {self.module}.edit({self.function!r})"
             )
+            if self.passed:
+                return f"{self._within()}, but {where.replace(':', ' diverges:', 1)}"
+            return f"first divergence: {where}"
         if self.passed:
-            return f"{self.function} matches within rtol={self.rtol}, atol={self.atol}"
+            return self._within()
         return f"{self.function} does not match; {self.why_not_op_by_op or 'no op diverges alone'}"
+
+    def _within(self) -> str:
+        return (
+            f"{self.function} matches within rtol={self.rtol}, atol={self.atol} "
+            "and the dtype's rounding"
+        )
 
     def __repr__(self) -> str:
         lines = [
@@ -156,37 +205,113 @@ class Comparison:
         return "\n".join(lines)
 
 
-def flat_outputs(value: Any) -> list:
-    if isinstance(value, (tuple, list)):
-        return [v for item in value for v in flat_outputs(item)]
-    return [value]
+def flat_outputs(value: Any) -> list[tuple[str, Any]]:
+    """`value`'s leaves with where each is: a field (`logits`), a position (`0`, `1.0`).
+
+    `ModelOutput`s, dicts, tuples and lists are unpacked as `torch.export` flattens them (a
+    `ModelOutput` leaves out its fields that are None)."""
+    leaves = pytree.tree_flatten_with_path(value)[0]
+    found = [(".".join(_key(k) for k in path), leaf) for path, leaf in leaves if leaf is not None]
+    return [(path or str(i), leaf) for i, (path, leaf) in enumerate(found)]
 
 
-def output_differences(actual: Any, expected: Any, rtol: float, atol: float) -> list[Difference]:
+def _key(entry) -> str:
+    for attr in ("key", "idx", "name"):
+        if hasattr(entry, attr):
+            return str(getattr(entry, attr))
+    return str(entry)
+
+
+def output_differences(
+    actual: Any, expected: Any, rtol: float, atol: float
+) -> tuple[list[str], list[Difference]]:
+    """Each output against PyTorch's, named as PyTorch's: by field where both have the same
+    fields, else by position (TVM returns a tuple where PyTorch returns a `ModelOutput`)."""
     mine, theirs = flat_outputs(actual), flat_outputs(expected)
     if len(mine) != len(theirs):
-        return [
-            Difference(
-                float("inf"), float("inf"), False, f"{len(mine)} outputs vs PyTorch's {len(theirs)}"
-            )
-        ]
-    return [difference(a, b, rtol, atol) for a, b in zip(mine, theirs, strict=True)]
+        note = f"{len(mine)} outputs vs PyTorch's {len(theirs)}"
+        return ["0"], [Difference(float("inf"), float("inf"), False, note)]
+    by_field = dict(mine)
+    if set(by_field) != {which for which, _ in theirs}:  # by position
+        by_field = {which: leaf for (which, _), (_, leaf) in zip(theirs, mine, strict=True)}
+    names = [which for which, _ in theirs]
+    return names, [difference(by_field[which], leaf, rtol, atol) for which, leaf in theirs]
 
 
-def op_checks(trace: Trace, origin: TorchOrigin, args, rtol: float, atol: float) -> list[OpCheck]:
-    """Each traced binding against its FX node's value, where it has one."""
+def op_checks(
+    trace: Trace, func: relax.Function, origin: TorchOrigin, args, rtol: float, atol: float
+) -> list[OpCheck]:
+    """Each traced binding of `func` against its FX node's value, where it has one, allowing
+    for its own rounding and the error its inputs carry."""
     values, _ = origin.fx_values(args)
+    shapes = {p.name: tuple(a.shape) for p, a in zip(func.params, args, strict=False)}
+    shapes.update({v.name: tuple(v.value.shape) for v in trace.intermediates})
+    calls = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
+    error: dict[str, float] = {}  # binding -> its error in proportion to its values' size
     checks = []
     for traced in trace.intermediates:
+        value = calls.get(traced.name)
+        inputs = _inputs(value)
+        inherited = max((error.get(name, 0.0) for name in inputs), default=0.0)
         node = origin.bindings.get(traced.name)
         expected = None
         if node is not None and node.exact:
             # the node, or a later one the importer gave the same value (`getitem` of a tuple op)
             candidates = [values.get(name) for name in (node.node, *node.aliases)]
             expected = next((v for v in candidates if isinstance(v, torch.Tensor)), None)
-        diff = difference(traced.value, expected, rtol, atol) if expected is not None else None
+        diff = None
+        if expected is not None:
+            reduction = _reduction(value, shapes, tuple(traced.value.shape))
+            diff = difference(
+                traced.value, expected, rtol, atol, reduction=reduction, inherited=inherited
+            )
+        error[traced.name] = max(inherited, diff.relative_to_scale if diff else 0.0)
         checks.append(OpCheck(traced.name, traced.op, node, diff))
     return checks
+
+
+def _inputs(value) -> list[str]:
+    """The bindings and parameters a binding's value reads."""
+    if isinstance(value, relax.Call):
+        return [name for arg in value.args for name in _inputs(arg)]
+    if isinstance(value, relax.Tuple):
+        return [name for item in value.fields for name in _inputs(item)]
+    if isinstance(value, relax.TupleGetItem):
+        return _inputs(value.tuple_value)
+    return [value.name] if isinstance(value, relax.Var) else []
+
+
+def _reduction(value, shapes: Mapping[str, tuple], out: tuple) -> int:
+    """How many values are summed into each of a binding's: a matmul's inner dimension, a
+    convolution's window, a normalization's or softmax's axes, a reduction's or pool's ratio."""
+    if not isinstance(value, relax.Call) or not value.args:
+        return 1
+    op = getattr(value.op, "name", "").removeprefix("relax.")
+    arg_shapes = [_shape_of(arg, shapes) for arg in value.args]
+    first = arg_shapes[0]
+    if op == "matmul" and first:
+        return first[-1]
+    if op.startswith("nn.conv") and len(arg_shapes) > 1 and arg_shapes[1]:
+        return math.prod(arg_shapes[1][1:])
+    if op in ("nn.softmax", "nn.log_softmax") and first:
+        return first[int(value.attrs.axis)]
+    if op in ("nn.layer_norm", "nn.rms_norm") and first:
+        return math.prod(first[int(axis)] for axis in value.attrs.axes)
+    if op == "nn.attention" and first and len(arg_shapes) > 1 and arg_shapes[1]:
+        return first[-1] * arg_shapes[1][1]
+    if first and out and math.prod(out):  # reductions and pools: values in per value out
+        return max(1, math.prod(first) // math.prod(out))
+    return 1
+
+
+def _shape_of(expr, shapes: Mapping[str, tuple]) -> tuple | None:
+    if isinstance(expr, relax.Var):
+        return shapes.get(expr.name)
+    shape = getattr(getattr(expr, "ty", None), "shape", None)  # a constant's
+    try:
+        return tuple(int(d) for d in shape)
+    except TypeError:  # no shape, or a symbolic one
+        return None
 
 
 def _number(value: float) -> str:

@@ -51,7 +51,15 @@ from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .remote import DEFAULT_TIMEOUT, RemoteRunner
 from .scheduling import TuningReport, by_hand, dlight, tune, work_dir_for
 from .tensors import to_torch, to_tvm_args, to_tvm_tensor
-from .timing import Measurement, Timing, evaluator_samples, name_of, wall_clock_samples
+from .timing import (
+    Measurement,
+    Timing,
+    evaluator_samples,
+    name_of,
+    reference_measurement,
+    tvm_threads,
+    wall_clock_samples,
+)
 from .tracing import Trace, tapped, traced_values
 from .trampolines import PyFuncBridge
 
@@ -476,23 +484,14 @@ class LiveModule:
                 if origin is None
                 else f"op by op needs the model `{fn}` was imported from with add_torch"
             )
+            names, outputs = output_differences(actual, expected, rtol, atol)
             return Comparison(
-                self.name,
-                fn,
-                rtol,
-                atol,
-                output_differences(actual, expected, rtol, atol),
-                why_not_op_by_op=why,
+                self.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names
             )
         trace = self.trace(fn, *args)
-        return Comparison(
-            self.name,
-            fn,
-            rtol,
-            atol,
-            output_differences(trace.output, expected, rtol, atol),
-            op_checks(trace, origin, args, rtol, atol),
-        )
+        names, outputs = output_differences(trace.output, expected, rtol, atol)
+        ops = op_checks(trace, self.entry(fn).func, origin, args, rtol, atol)
+        return Comparison(self.name, fn, rtol, atol, outputs, ops, output_names=names)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline (with the kernels
@@ -533,9 +532,8 @@ class LiveModule:
         entry = self.entry(fn)
         self.get_function(fn)(*args)  # compiles if needed, and checks the arguments
         if entry.kind == PYFUNC:
-            mine = Measurement(
-                fn, wall_clock_samples(self.get_function(fn), args, number, repeat), "wall clock"
-            )
+            samples = wall_clock_samples(self.get_function(fn), args, number, repeat)
+            mine = Measurement(fn, samples, "wall clock", torch.get_num_threads())
         else:
             samples = self._time_compiled(entry, args, number, repeat)
             where = (
@@ -543,20 +541,24 @@ class LiveModule:
                 if self._remote
                 else (self.device_name)
             )
-            mine = Measurement(fn, samples, f"time_evaluator on {where}")
+            on_cpu = (
+                self._remote is None
+                and self.device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+            )
+            threads = tvm_threads() if on_cpu else None
+            mine = Measurement(fn, samples, f"time_evaluator on {where}", threads)
         reference = None
         if against is not None:
             try:
-                against(*args)
+                with torch.inference_mode():
+                    against(*args)
             except Exception as err:
                 raise CallError(
                     f"the reference `{name_of(against)}` refused these arguments: "
                     f"{type(err).__name__}: {last_reason(err)}",
                     function=fn,
                 ) from err
-            reference = Measurement(
-                name_of(against), wall_clock_samples(against, args, number, repeat), "wall clock"
-            )
+            reference = reference_measurement(against, args, number, repeat, mine.threads)
         return Timing(mine, reference, self._guard_note(entry))
 
     def _time_compiled(self, entry: FunctionEntry, args: tuple, number: int, repeat: int):
@@ -752,6 +754,7 @@ class LiveModule:
                 culprit = err.function if err.function in entries else name
                 detail = err.detail if culprit == name else f"{err.detail} (needed by `{name}`)"
                 failures[name] = CompileError(detail, function=culprit, line=entries[culprit].line)
+                failures[name].__cause__ = err.__cause__ or err  # TVM's own error, for %tb
         good = [n for n in relax_names if n not in failures]
         good = [n for n in good if not (relax_closure([n], state.ir_mod) & set(failures))]
         for name in set(relax_names) - set(good) - set(failures):
@@ -760,6 +763,7 @@ class LiveModule:
                 f"calls `{culprit}`, which does not compile: {failures[culprit].detail}",
                 function=name,
             )
+            failures[name].__cause__ = failures[culprit].__cause__
         linked = (
             self._build.link(self._vm_module(state, good), use_cache=use_cache) if good else None
         )
@@ -926,7 +930,9 @@ class LiveModule:
 
 def _placed(err: CompileError, entry: FunctionEntry) -> CompileError:
     """`err` (a kernel that does not compile) naming the function and its line in its cell."""
-    return CompileError(err.detail, function=entry.name, line=entry.line)
+    placed = CompileError(err.detail, function=entry.name, line=entry.line)
+    placed.__cause__ = err.__cause__
+    return placed
 
 
 class _LazyCallable:

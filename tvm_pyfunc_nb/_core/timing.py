@@ -3,7 +3,13 @@
 A compiled function is timed by TVM's own `time_evaluator` on the module's
 device (remote devices included): `number` calls per measurement, `repeat`
 measurements. A pyfunc, and the reference (`against=`, e.g. `torch.matmul`),
-are timed by a wall-clock loop of the same shape, after one warm-up call.
+are timed by a wall-clock loop of the same shape, after one warm-up call; the
+reference runs under `torch.inference_mode()` (no autograd), as a deployed
+model would, and on as many threads as TVM's pool has when the function runs
+on this CPU: a ratio across different thread counts compares machines, not
+code (and PyTorch's threads next to TVM's in one process can wait on each
+other: a tiny ResNet took 80 times longer on two threads than on one here).
+Each side says how many threads it ran on.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import tvm
 
 from .tracing import text_table
 
@@ -25,6 +32,7 @@ class Measurement:
     what: str
     samples: tuple[float, ...]
     how: str  # "time_evaluator on cpu:0", "wall clock"
+    threads: int | None = None  # None: not known here (a remote device)
 
     @property
     def mean(self) -> float:
@@ -74,7 +82,7 @@ class Timing:
     def rows(self) -> list[tuple[str, str, str, str, str]]:
         found = [self.function, *([self.against] if self.against else [])]
         return [
-            (m.what, duration(m.mean), duration(m.median), duration(m.std), m.how) for m in found
+            (m.what, duration(m.mean), duration(m.median), duration(m.std), _how(m)) for m in found
         ]
 
     def __repr__(self) -> str:
@@ -114,8 +122,37 @@ def _synchronizer(args: Sequence) -> Callable[[], None]:
     return lambda: None
 
 
+def _how(m: Measurement) -> str:
+    return m.how if m.threads is None else f"{m.how}, {_threads(m.threads)}"
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread" + ("" if count == 1 else "s")
+
+
+def tvm_threads() -> int:
+    """The threads of TVM's pool in this process (what compiled kernels run on)."""
+    return tvm.runtime.num_threads()
+
+
+def reference_measurement(
+    func: Callable, args: Sequence, number: int, repeat: int, threads: int | None
+) -> Measurement:
+    """A reference timed without autograd, on `threads` of PyTorch's (its own count if None)."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads or before)
+        with torch.inference_mode():
+            samples = wall_clock_samples(func, args, number, repeat)
+    finally:
+        torch.set_num_threads(before)
+    return Measurement(name_of(func), samples, "wall clock", threads or before)
+
+
 def name_of(func: Callable) -> str:
-    """`torch.matmul`, `my_fn`, or the repr of what has no name."""
+    """`torch.matmul`, `my_fn`, a module's class (`ResNetModel`), or the repr of the rest."""
+    if isinstance(func, torch.nn.Module):
+        return type(func).__name__
     name = getattr(func, "__name__", None)
     if name is None:
         return repr(func)
