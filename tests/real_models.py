@@ -74,8 +74,16 @@ def bert() -> torch.nn.Module:
 def gpt2() -> torch.nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=32)
-    config.update({"use_cache": False, "bos_token_id": 0, "eos_token_id": 0})
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=VOCAB,
+        n_positions=32,
+        use_cache=False,
+        bos_token_id=0,
+        eos_token_id=0,  # the default, 50256, is outside VOCAB
+    )
     return GPT2LMHeadModel(config)
 
 
