@@ -52,10 +52,20 @@ EXAMPLE = {example!r}  # (function, arguments, expected outputs), as .npz in bas
 def load(device=None):
     """`{name}` compiled for `device` (the CPU by default), its pyfuncs callable from Relax."""
     module = {name}(device or tvm.cpu())
+    single = module._convert_single_tvm_to_pytorch
+    module._convert_tvm_to_pytorch = lambda out: _to_torch(out, single)
     register = tvm.get_global_func("vm.builtin.register_py_func")
     for pyfunc in PYFUNCS:
         register(pyfunc, _called_from_relax(getattr(module, pyfunc)))
     return module
+
+
+def _to_torch(out, single):
+    """A Relax function's result in torch, a tuple of outputs as a list: upstream's conversion
+    gives a tuple (a TVM Array, not a Python one) to torch.tensor, which fails."""
+    if isinstance(out, (tvm_ffi.Array, tuple, list)):
+        return [_to_torch(o, single) for o in out]
+    return single(out)
 
 
 def _called_from_relax(pyfunc):
@@ -129,6 +139,7 @@ def python_file(
         "import numpy as np",
         "import torch",
         "import tvm",
+        "import tvm_ffi",
         "from tvm import relax",
         "",
         "",

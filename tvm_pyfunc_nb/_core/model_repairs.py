@@ -31,6 +31,8 @@ def repair_imported(func: relax.Function, name: str) -> tuple[relax.Function, li
     line for each repair; `func` itself when there is nothing to repair."""
     repairer = _Repairer(name)
     repaired = repairer.visit_expr(func)
+    if repairer.refusal is not None:  # raised here: TVM would wrap it, raised in the mutator
+        raise repairer.refusal
     if not repairer.notes:
         return func, []
     return repaired, repairer.notes
@@ -43,6 +45,7 @@ class _Repairer(PyExprMutator):
         self.function = function
         self.binding = ""  # the binding being visited, as its text shows it: "lv3 = R.take(...)"
         self.notes: list[str] = []
+        self.refusal: ModelImportError | None = None  # what no repair covers
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         self.binding = f"{binding.var.name} = {binding.value}"
@@ -78,10 +81,11 @@ class _Repairer(PyExprMutator):
         size = _axis_size(data, axis)
         outside = values[(values < -size) | (values >= size)] if size is not None else []
         if len(outside):
-            raise ModelImportError(
+            self.refusal = self.refusal or ModelImportError(
                 f"{self.binding}: index {outside[0]} is out of range for an axis of size {size}",
                 function=self.function,
             )
+            return call
         self._note(
             'mode="fast" reads a negative index outside the tensor (PyTorch counts it from the '
             'end); now mode="wrap", which does too'
