@@ -654,9 +654,10 @@ def _raise_if_failed(lib, name: str):
 
 
 def _kernel_failure(mod: tvm.IRModule, kernel: str, failed: CompileError, target) -> CompileError:
-    """A kernel the pipeline made for `mod` does not compile: the error names the Relax binding it
-    came from, as the user's text shows it (else the kernel)."""
-    found = kernel_binding(mod, kernel, target)
+    """A kernel does not compile: one of `mod`'s own is named, one the pipeline made is named by
+    the Relax binding it came from, as the user's text shows it."""
+    own = any(gv.name_hint == kernel for gv in mod.get_global_vars())
+    found = None if own else kernel_binding(mod, kernel, target)
     if found is None:
         error = CompileError(failed.detail, function=kernel)
     else:

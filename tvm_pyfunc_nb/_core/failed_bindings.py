@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 _OFFENDING_OP = re.compile(r"Offending call:\s*R\.([\w.]+)\(")
+_INT64 = re.compile(r"T\.int64\((-?\d+)\)")
 _CONSTANT = re.compile(r'metadata\["[^"]+"\]\[\d+\]')
 
 
@@ -82,7 +83,7 @@ def _type(expr) -> str:
 
 
 def _dim(dim) -> str:
-    return str(dim.value) if isinstance(dim, tvm.tirx.IntImm) else str(dim)
+    return _INT64.sub(r"\1", str(dim))
 
 
 def _calls_kernel(value: relax.Call, kernel: str) -> bool:

@@ -29,9 +29,11 @@ import tvm
 from tvm import relax
 from tvm.ir import GlobalVar
 
-from ..errors import CallError, ModelImportError, last_reason
+from ..errors import CallError
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
+from .dynamic_shapes import bounded_slices, check_known_shapes
+from .import_failures import export_failure, translation_failure
 from .model_repairs import repair_imported
 from .pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
 
@@ -228,17 +230,14 @@ def import_torch(
             exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
             exported = exported.run_decompositions()  # as from_exported_program does
     except Exception as err:  # torch raises many types for a model it cannot export
-        raise ModelImportError(
-            f"torch.export could not export {type(model).__name__}: {last_reason(err)}"
-        ) from err
+        raise export_failure(model, err) from err
     importer = ExportedProgramImporter()
     try:
-        mod = importer.from_exported_program(exported, False, True, False, None)
+        mod = importer.from_exported_program(exported, False, True, False, bounded_slices(exported))
     except Exception as err:  # the importer raises on ops it has no translation for
-        raise ModelImportError(
-            f"TVM's PyTorch importer could not translate {type(model).__name__}: {last_reason(err)}"
-        ) from err
+        raise translation_failure(model, err, exported, importer.env) from err
     func = mod["main"].with_attr("global_symbol", name)
+    check_known_shapes(func, exported, type(model).__name__)
     before_binding_params = importer.block_builder.get()["main"]
     origin = TorchOrigin(
         model,

@@ -1,0 +1,275 @@
+"""Models people bring: failures that keep their reason, a `compare` to trust, `time` against a
+model, dynamic sequence lengths.
+
+Real tiny models (Hugging Face `transformers` from configs with random weights, no downloads;
+small `torch.nn` modules), a real IPython shell, real TVM compiles.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+import transformers
+
+from tvm_pyfunc_nb._core.comparing import difference
+from tvm_pyfunc_nb.errors import CompileError, ModelImportError
+
+MAX_MESSAGE_LINES = 12
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, y):
+        if y.sum() > 0:
+            return y * 2
+        return y - 1
+
+
+class SizedByData(torch.nn.Module):
+    def forward(self, y):
+        return torch.zeros(int(y.sum()))
+
+
+class MaskedByData(torch.nn.Module):
+    def forward(self, y):
+        return y[y > 0] * 2
+
+
+class Neighbours(torch.nn.Module):
+    """Slices of a dynamic length: `x[:, 1:]` and `x[:, :-1]`."""
+
+    def forward(self, x):
+        return x[:, 1:] + x[:, :-1]
+
+
+class Interleaved(torch.nn.Module):
+    """Even and odd columns: TVM cannot tell that both have the same dynamic length."""
+
+    def forward(self, x):
+        return x[:, ::2] + x[:, 1::2]
+
+
+def module(shell, name: str = "m"):
+    return shell.run(f"%tvmmodule {name}")
+
+
+def line_of(cls: type, code: str) -> str:
+    """`file:line: code` of `code` in `cls`'s source, as the error should show it."""
+    lines, first = inspect.getsourcelines(cls)
+    (at,) = [first + i for i, line in enumerate(lines) if line.strip() == code]
+    return f"{inspect.getsourcefile(cls)}:{at}: {code}"
+
+
+def bert_config() -> transformers.BertConfig:
+    return transformers.BertConfig(
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=64,
+    )
+
+
+# -- errors that keep their reason -----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("model", "code"),
+    [(Branchy, "if y.sum() > 0:"), (SizedByData, "return torch.zeros(int(y.sum()))")],
+)
+def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(shell, model, code):
+    m = module(shell)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(model(), (torch.randn(3),))
+    message = str(info.value)
+    assert message.startswith(f"torch.export could not export {model.__name__}: ")
+    assert "Could not guard on data-dependent expression" in message
+    assert line_of(model, code) in message
+    assert "The error above occurred" not in message
+    assert len(message.splitlines()) <= MAX_MESSAGE_LINES
+    assert "The error above occurred" in str(info.value.__cause__)  # PyTorch's whole story
+    assert m.functions == {}
+
+
+def test_a_node_tvms_importer_refuses_is_named_with_the_users_line(shell):
+    m = module(shell)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(MaskedByData(), (torch.randn(3),))
+    message = str(info.value)
+    assert "TVM's PyTorch importer could not translate MaskedByData" in message
+    assert "node `index` (aten.index.Tensor)" in message
+    assert line_of(MaskedByData, "return y[y > 0] * 2") in message
+    assert info.value.__cause__ is not None
+
+
+BOOL_EQUAL = """
+@R.function
+def eq(x: R.Tensor((4,), "bool"), y: R.Tensor((4,), "bool")) -> R.Tensor((4,), "bool"):
+    with R.dataflow():
+        lv = R.logical_not(x)
+        lv1 = R.equal(lv, y)
+        R.output(lv1)
+    return lv1
+"""
+
+
+def test_a_kernel_that_does_not_compile_is_named_by_its_binding_with_tvms_reason(shell):
+    shell.cell("m", BOOL_EQUAL)
+    ones = torch.ones(4, dtype=torch.bool)
+    with pytest.raises(CompileError) as info:
+        shell.ns["m"].eq(ones, ones)
+    message = str(info.value)
+    assert message.startswith("`eq`, cell line 3: `lv1 = R.equal(lv, y)` (bool[4], bool[4] -> ")
+    assert "does not compile for target llvm: LLVM module verification failed" in message
+    assert "Invalid operand types for FCmp instruction" in message
+    assert "%" not in message and "fcmp" not in message  # no line of LLVM IR
+    assert "fcmp oeq i1" in str(info.value.__cause__)  # TVM's own error, for %tb
+
+
+UNKNOWN_SHAPE = """
+@R.function
+def twice(x: R.Tensor(dtype="float32", ndim=1)) -> R.Tensor(dtype="float32", ndim=1):
+    with R.dataflow():
+        doubled = R.add(x, x)
+        R.output(doubled)
+    return doubled
+"""
+
+
+def test_an_op_that_cannot_be_lowered_is_named_by_its_binding_not_the_pipelines_names(shell):
+    shell.cell("m", UNKNOWN_SHAPE)
+    with pytest.raises(CompileError) as info:
+        shell.ns["m"].twice(torch.ones(3))
+    message = str(info.value)
+    assert "`doubled = R.add(x, x)` (float32[shape not known, 1 dims]" in message
+    assert "TVM cannot lower it while a shape is not known" in message
+    assert "CodeGenVM cannot emit this Relax operator directly" in message
+    assert "alloc" not in message
+    assert "Offending call" in str(info.value.__cause__)
+
+
+# -- a compare to trust ----------------------------------------------------------------------
+def test_compare_on_a_correct_resnet_finds_no_divergence_and_names_its_outputs(shell):
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
+    )
+    resnet = transformers.ResNetModel(config).eval()
+    x = torch.randn(1, 3, 32, 32)
+    m = module(shell)
+    m.add_torch(resnet, (x,))
+    comparison = m.compare("main", resnet, x)
+    assert comparison.passed and comparison.first_divergence is None
+    assert comparison.output_names == ["last_hidden_state", "pooler_output"]
+    assert all(c.diff.passed for c in comparison.ops if c.diff is not None)
+    shown = shell.text(comparison)
+    assert "FAIL" not in shown and "main matches within" in shown
+    assert "output last_hidden_state" in shown and "output pooler_output" in shown
+
+
+def test_the_tolerance_is_rounding_in_the_dtype_scaled_by_values_and_reduction():
+    torch.manual_seed(0)
+    expected = torch.randn(64, 64) * 5
+    eps = torch.finfo(torch.float32).eps
+    rounded = expected + expected.abs().max() * 4 * eps * torch.randn(64, 64).sign()
+    assert difference(rounded, expected, 0.0, 0.0).passed  # 4 units in the last place
+    off = expected * 1.001  # a real error in float32, even behind a 3x3 conv over 64 channels
+    assert not difference(off, expected, 1e-5, 1e-6, reduction=576).passed
+    assert difference(off.half(), expected.half(), 0.0, 0.0).passed  # but float16 rounding
+    # a reduction of 576 values (a 3x3 conv over 64 channels) rounds more than an add does
+    summed = expected + expected.abs().max() * 100 * eps
+    assert difference(summed, expected, 0.0, 0.0, reduction=576).passed
+    assert not difference(summed, expected, 0.0, 0.0).passed
+    # and the error the inputs carried is allowed for, in proportion
+    assert difference(off, expected, 0.0, 0.0, inherited=1e-3).passed
+
+
+def test_compare_matches_a_dict_by_field_and_a_tuple_by_position(shell):
+    shell.cell(
+        "c",
+        """
+@R.function
+def pair(
+    x: R.Tensor((3,), "float32")
+) -> R.Tuple(R.Tensor((3,), "float32"), R.Tensor((3,), "float32")):
+    a = R.add(x, x)
+    b = R.multiply(x, x)
+    return (a, b)
+""",
+    )
+    c, x = shell.ns["c"], torch.tensor([1.0, 2.0, 3.0])
+    by_field = c.compare("pair", lambda t: {"doubled": t + t, "squared": t * t + 1}, x)
+    assert by_field.output_names == ["doubled", "squared"]
+    assert [d.passed for d in by_field.outputs] == [True, False]
+    assert by_field.verdict() == "pair does not match; no op diverges alone"
+    assert c.compare("pair", lambda t: [t + t, t * t], x).passed
+
+
+# -- time against a model --------------------------------------------------------------------
+class Recorded(torch.nn.Sequential):
+    """Remembers whether autograd was off in each call."""
+
+    def forward(self, x):
+        self.inference = torch.is_inference_mode_enabled()
+        return super().forward(x)
+
+
+def test_time_against_a_model_names_its_class_runs_it_without_autograd_and_says_threads(shell):
+    torch.manual_seed(0)
+    model = Recorded(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    m = module(shell)
+    m.add_torch(model, (x,))
+    timing = m.time("main", x, number=2, repeat=2, against=model)
+    assert timing.against.what == "Recorded" and model.inference
+    assert timing.against.threads == timing.function.threads >= 1
+    shown = shell.text(timing)
+    assert "than Recorded (median per call)" in shown and "Linear" not in shown
+    assert len(shown.splitlines()) <= 4
+    assert all("thread" in row[-1] for row in timing.rows())
+
+
+# -- dynamic shapes --------------------------------------------------------------------------
+def test_a_language_model_with_a_dynamic_sequence_length_matches_by_field_at_two_lengths(shell):
+    torch.manual_seed(0)
+    lm = transformers.BertForMaskedLM(bert_config()).eval()
+    m = module(shell)
+    seq = torch.export.Dim("seq", min=2, max=32)
+    m.add_torch(lm, (torch.randint(0, 100, (1, 8)),), dynamic_shapes=({1: seq},))
+    for length in (5, 13):
+        ids = torch.randint(0, 100, (1, length))
+        comparison = m.compare("main", lm, ids)  # a MaskedLMOutput, unpacked
+        assert comparison.passed and comparison.first_divergence is None, comparison
+        (logits,) = comparison.outputs
+        assert comparison.output_names == ["logits"] and logits.max_abs < 1e-5
+        assert "output logits" in shell.text(comparison)
+
+
+def test_slices_of_a_dynamic_length_run_at_two_lengths(shell):
+    m = module(shell)
+    length = torch.export.Dim("length", min=3, max=30)
+    m.add_torch(Neighbours(), (torch.randn(2, 8),), dynamic_shapes=({1: length},))
+    for size in (4, 11):
+        x = torch.randn(2, size)
+        torch.testing.assert_close(m.main(x), x[:, 1:] + x[:, :-1])
+
+
+def test_a_dimension_that_cannot_be_dynamic_fails_at_import_naming_it(shell):
+    m = module(shell)
+    unbounded = {"dynamic_shapes": ({1: torch.export.Dim("seq")},)}
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(
+            transformers.BertModel(bert_config()).eval(),
+            (torch.randint(0, 100, (1, 8)),),
+            **unbounded,
+        )
+    message = str(info.value)
+    assert "torch.export could not export BertModel: Constraints violated (seq)!" in message
+    assert "Suggested fixes:" in message and "seq = Dim('seq', max=64)" in message
+    half = torch.export.Dim("half", min=2, max=15)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(Interleaved(), (torch.randn(2, 8),), dynamic_shapes=({1: 2 * half},))
+    message = str(info.value)
+    assert message.startswith("Interleaved cannot be dynamic in `")
+    assert "(x.shape[1]): TVM cannot tell the shape of `lv2 = R.add(lv, lv1)`" in message
+    assert m.functions == {}
