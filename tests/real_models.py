@@ -108,7 +108,14 @@ def mobilenet() -> torch.nn.Module:
     from transformers import MobileNetV1Config, MobileNetV1ForImageClassification
 
     config = MobileNetV1Config(image_size=IMAGE, depth_multiplier=0.25, num_labels=5)
-    return MobileNetV1ForImageClassification(config)
+    model = MobileNetV1ForImageClassification(config)
+    # transformers draws weights with std 0.02, which shrinks the logits through 27 convs to
+    # 1e-33: any numbers would match. He's init (torch's own for the classifier) keeps them large.
+    for conv in model.modules():
+        if isinstance(conv, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(conv.weight)
+    model.classifier.reset_parameters()
+    return model
 
 
 # -- torch.nn recurrent layers ---------------------------------------------------------------
