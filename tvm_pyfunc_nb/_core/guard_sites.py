@@ -19,6 +19,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import CallError, TVMModuleError
+from .editing import ConstantTable, describe
 
 _STOPPED = re.compile(r"stopped while running: (.*) in `([^`]+)`")
 _METADATA = re.compile(r'metadata\["ir\.GenericConst"\]\[(\d+)\]')
@@ -29,14 +30,22 @@ def name_the_binding(
     mod: tvm.IRModule,
     lowered: tvm.IRModule,
     fn: str,
-    constant_text: Callable[[object], str],
+    consts: ConstantTable,
+    prefix: str,
 ) -> TVMModuleError:
     """`error`, raised calling Relax function `fn` of `mod` (`lowered` after the pipeline),
-    naming the binding and op whose kernel's check stopped the call, if it was one."""
+    naming the binding and op whose kernel's check stopped the call, if it was one. A weight
+    is written as edit text writes it, `<prefix><name in consts>`."""
     stopped = _STOPPED.search(error.detail)
     if stopped is None or stopped.group(2) not in lowered:
         return error
     what, kernel = stopped.groups()
+    names = {consts[name]: name for name in consts}
+
+    def constant_text(constant) -> str:
+        name = names.get(constant)
+        return f"{prefix}{name}" if name else f"<constant {describe(constant)}>"
+
     found = [binding_text(b, constant_text) for b in bindings_of(mod, fn, lowered[kernel])]
     if not found:
         return error

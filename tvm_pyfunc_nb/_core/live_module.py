@@ -41,7 +41,7 @@ from .comparing import Comparison, op_checks, output_differences
 from .compiled_module import CompiledPyModule
 from .contributions import Contribution, FunctionEntry, from_cell, next_run, owners, pyfunc_entry
 from .crash_guards import has_guards
-from .editing import ConstantTable, describe, function_text, module_text, name_constants
+from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
 from .guard_sites import name_the_binding
 from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
@@ -818,13 +818,8 @@ class LiveModule:
 
     def _stopped_in(self, linked, fn: str, error: TVMModuleError) -> TVMModuleError:
         """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did."""
-        names = {self.consts[n]: n for n in self.consts}
-
-        def constant_text(constant) -> str:
-            known = names.get(constant)
-            return f"{self.name}.consts.{known}" if known else f"<constant {describe(constant)}>"
-
-        return name_the_binding(error, linked.mod, linked.lowered, fn, constant_text)
+        prefix = f"{self.name}.consts."
+        return name_the_binding(error, linked.mod, linked.lowered, fn, self.consts, prefix)
 
     def _remote_callable(self, entry: FunctionEntry) -> Callable:
         """`entry` compiled here, uploaded and run on the remote device (at its first call)."""
