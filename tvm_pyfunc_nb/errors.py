@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 MAX_DETAIL_LINES = 12
 # TVM's assertion prefix, `Check failed: (IsBaseOf(a, b)) is false: `, says nothing to a user
-_CHECK_FAILED = re.compile(r"^Check failed: \(.*?\) is false:\s*")
+_CHECK_FAILED = re.compile(r"^Check failed: \((.*?)\) is false:\s*")
 
 
 class TVMModuleError(Exception):
@@ -122,7 +122,10 @@ def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
         if line.startswith("Offending call:"):
             break
         if line and not _is_noise(line) and not _CODE_LINE.match(line):
-            kept.append(_CHECK_FAILED.sub("", line))
+            check = _CHECK_FAILED.match(line)
+            rest = line[check.end() :] if check else line
+            # an assertion with no message: its condition is all TVM says
+            kept.append(rest or f"TVM's internal check `{check.group(1)}` failed")
     text = " ".join(kept) or type(err).__name__
     if len(text) > max_chars:
         cut = text.rfind(". ", 0, max_chars)

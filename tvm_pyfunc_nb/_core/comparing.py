@@ -93,7 +93,9 @@ def difference(
     nonzero = b.abs() > atol
     max_rel = float((gap[nonzero] / b.abs()[nonzero]).max()) if bool(nonzero.any()) else 0.0
     passed = bool((same | (gap <= atol + slack + rtol * b.abs())).all())
-    return Difference(float(gap.max()), max_rel, passed, scale=scale)
+    lost = int((a.isnan() & ~b.isnan()).sum())
+    note = f"{lost} NaN where PyTorch has numbers" if lost else ""
+    return Difference(float(gap.max()), max_rel, passed, note, scale)
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ class Comparison:
                         torch_op,
                         _number(d.max_abs),
                         _number(d.max_rel),
-                        "pass" if d.passed else "FAIL",
+                        ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
                     )
                 )
         return rows
@@ -172,7 +174,8 @@ class Comparison:
         if first is not None:
             where = (
                 f"`{first.binding}` = {first.op}, from PyTorch's {first.node.op} "
-                f"(node `{first.node.node}`): max abs error {_number(first.diff.max_abs)}; "
+                f"(node `{first.node.node}`): max abs error {_number(first.diff.max_abs)}"
+                f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
             if self.passed:

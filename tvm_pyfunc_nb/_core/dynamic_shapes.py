@@ -47,33 +47,30 @@ def bounded_slices(exported) -> dict:
         x, dim = args[0], args[1] if len(args) > 1 else 0
         start, end = (args[2] if len(args) > 2 else None), (args[3] if len(args) > 3 else None)
         step = args[4] if len(args) > 4 else 1
+        to_the_end = end is None or (isinstance(end, int) and end >= sys.maxsize)
         shape = importer.shape_of(x)
-        if shape is not None and step == 1:
-            extent = shape[dim]
+        if shape is not None and step == 1 and not (start in (None, 0) and to_the_end):
+            extent = shape[dim % len(shape)]
             start = 0 if start is None else start
-            if end is None or (isinstance(end, int) and end >= sys.maxsize):
+            if to_the_end:
                 end = extent
             elif isinstance(end, int) and end < 0:
                 end = extent + end
-            if (
-                _proven(start >= 0, start, bounds)
-                and _proven(start <= end, end, bounds)
-                and _proven(end <= extent, end, bounds)
-            ):
+            if all(_proven(c, bounds) for c in (start >= 0, start <= end, end <= extent)):
                 return importer.block_builder.emit(
                     relax.op.strided_slice(x, [dim], [start], [end], [1], assume_inbound=True)
                 )
-        return ExportedProgramImporter._slice(importer, node)
+        return ExportedProgramImporter._slice(importer, node)  # TVM's own, bounds unused
 
     return {"slice.Tensor": slice_within_bounds}
 
 
-def _proven(claim, expr, bounds: dict[str, tuple[int, int | None]]) -> bool:
-    """Whether `claim` about `expr` holds for every value its dynamic dimensions may take."""
+def _proven(claim, bounds: dict[str, tuple[int, int | None]]) -> bool:
+    """Whether `claim` holds for every value its dynamic dimensions may take."""
     if isinstance(claim, bool):
         return claim
     analyzer = tvm.sym.Analyzer()
-    for var in tvm.tirx.analysis.undefined_vars(expr):
+    for var in tvm.tirx.analysis.undefined_vars(claim):
         lower, upper = bounds.get(var.name, (0, None))
         if upper is not None:
             analyzer.bind(var, tvm.ir.Range(lower, upper + 1))
