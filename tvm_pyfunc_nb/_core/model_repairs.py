@@ -22,6 +22,8 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..errors import ModelImportError
+from .editing import describe
+from .guard_sites import binding_text
 
 _SCANS = {"relax.cumsum": relax.op.cumsum, "relax.cumprod": relax.op.cumprod}
 
@@ -43,12 +45,12 @@ class _Repairer(PyExprMutator):
     def __init__(self, function: str):
         super().__init__()
         self.function = function
-        self.binding = ""  # the binding being visited, as its text shows it: "lv3 = R.take(...)"
+        self.binding: relax.VarBinding | None = None  # the binding being visited
         self.notes: list[str] = []
         self.refusal: ModelImportError | None = None  # what no repair covers
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
-        self.binding = f"{binding.var.name} = {binding.value}"
+        self.binding = binding
         super().visit_var_binding_(binding)
 
     def visit_call_(self, op: relax.Call) -> relax.Expr:
@@ -82,7 +84,8 @@ class _Repairer(PyExprMutator):
         outside = values[(values < -size) | (values >= size)] if size is not None else []
         if len(outside):
             self.refusal = self.refusal or ModelImportError(
-                f"{self.binding}: index {outside[0]} is out of range for an axis of size {size}",
+                f"{self._binding_text()}: index {outside[0]} is out of range for an axis of "
+                f"size {size}",
                 function=self.function,
             )
             return call
@@ -93,7 +96,11 @@ class _Repairer(PyExprMutator):
         return relax.op.take(data, indices, axis, "wrap")
 
     def _note(self, what: str) -> None:
-        self.notes.append(f"repaired {self.function}: {self.binding}: {what}")
+        self.notes.append(f"repaired {self.function}: {self._binding_text()}: {what}")
+
+    def _binding_text(self) -> str:
+        """The binding as the function's text shows it: `lv3 = R.take(lv2, R.const(-1, ...))`."""
+        return binding_text(self.binding, lambda constant: f"<constant {describe(constant)}>")
 
 
 def _dtype(expr: relax.Expr) -> str | None:
