@@ -77,7 +77,9 @@ def bert_config() -> transformers.BertConfig:
     ("model", "code"),
     [(Branchy, "if y.sum() > 0:"), (SizedByData, "return torch.zeros(int(y.sum()))")],
 )
-def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(shell, model, code):
+def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(
+    shell, capsys, model, code
+):
     m = module(shell)
     with pytest.raises(ModelImportError) as info:
         m.add_torch(model(), (torch.randn(3),))
@@ -88,6 +90,7 @@ def test_a_model_torch_export_refuses_gives_pytorchs_reason_and_the_users_line(s
     assert "The error above occurred" not in message
     assert len(message.splitlines()) <= MAX_MESSAGE_LINES
     assert "The error above occurred" in str(info.value.__cause__)  # PyTorch's whole story
+    assert "def forward(" not in capsys.readouterr().err  # nor the graph it had traced
     assert m.functions == {}
 
 
@@ -152,10 +155,11 @@ def test_an_op_that_cannot_be_lowered_is_named_by_its_binding_not_the_pipelines_
 def test_compare_on_a_correct_resnet_finds_no_divergence_and_names_its_outputs(shell):
     torch.manual_seed(0)
     config = transformers.ResNetConfig(
-        embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic"
+        embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic"
     )
     resnet = transformers.ResNetModel(config).eval()
-    x = torch.randn(1, 3, 32, 32)
+    # float32 rounding alone once made 4 of these ops FAIL and a conv2d "diverge"
+    x = torch.randn(1, 3, 64, 64)
     m = module(shell)
     m.add_torch(resnet, (x,))
     comparison = m.compare("main", resnet, x)

@@ -11,9 +11,13 @@ gives the user's line.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
+import sys
 import traceback
+from collections.abc import Iterator
 
 import torch
 
@@ -23,6 +27,19 @@ MAX_REASON_LINES = 6
 _TRAILER = "The error above occurred when calling torch.export"
 _USER_CALL = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]+)')
 _PACKAGES = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+@contextlib.contextmanager
+def stderr_kept_if_it_works() -> Iterator[None]:
+    """What Python writes to stderr meanwhile is passed on only if no error is raised.
+
+    A failing `torch.export` prints the partial graph it traced (twice) before it raises: a
+    screen of noise above an error that says what matters in a few lines.
+    """
+    kept = io.StringIO()
+    with contextlib.redirect_stderr(kept):
+        yield
+    sys.stderr.write(kept.getvalue())
 
 
 def export_failure(model: torch.nn.Module, err: BaseException) -> ModelImportError:

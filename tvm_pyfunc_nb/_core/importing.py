@@ -33,7 +33,7 @@ from ..errors import CallError
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
 from .dynamic_shapes import bounded_slices, check_known_shapes
-from .import_failures import export_failure, translation_failure
+from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
 from .model_repairs import repair_imported
 from .pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
 
@@ -224,7 +224,7 @@ def import_torch(
         raise CallError(f"add_torch: `{name}` is not a valid function name")
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), stderr_kept_if_it_works():
             # torch 2.13's own deprecation inside torch.export: nothing a user can act on
             warnings.simplefilter("ignore", FutureWarning)
             exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
