@@ -28,7 +28,14 @@ from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
 from tvm.relax.vm_build import _vmcodegen
 
-from ..errors import CallError, CompileError, TVMModuleError, last_reason, reason_sentence
+from ..errors import (
+    CallError,
+    CompileError,
+    TVMModuleError,
+    last_reason,
+    native_stderr_silenced,
+    reason_sentence,
+)
 from .compile_cache import export_library
 from .cpu_schedules import schedule_matmuls
 from .crash_guards import guard, missing_symbols
@@ -412,9 +419,11 @@ class Build:
         return self._tirx_build({name: func})
 
     def _tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
-        """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them."""
+        """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them (TVM's warnings
+        about the code, e.g. on `pow`, kept out of the cell's output as in `lower`)."""
         mod = tvm.IRModule({tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()})
-        return tvm.tirx.build(mod, target=self.target)
+        with native_stderr_silenced():
+            return tvm.tirx.build(mod, target=self.target)
 
     def _as_built(self, name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
         """`func` as this build compiles it: named `name`, guards in if checked (CPU)."""
@@ -497,8 +506,11 @@ class Build:
         """`mod` after this module's Relax pipeline, for the target: its heavy ops sent to
         PyTorch first with --offload torch, and the matmul and convolution kernels the pipeline
         made scheduled for the CPU after (cpu_schedules.py; the module's own PrimFuncs are left
-        as written)."""
-        with self.target:
+        as written). TVM's warnings about the code its legalization writes (`take` in fast
+        mode, `pow` with a large exponent: every imported transformer has both) say nothing a
+        user can act on, and would land in the cell's output at each compile: they are kept
+        out of it."""
+        with self.target, native_stderr_silenced():
             offloaded = offload_to_torch(mod) if (offload or self.offload) == TORCH else mod
             lowered = self.pipeline.make()(offloaded)
         own = {gv.name_hint for gv, _ in _prim_funcs(mod)}

@@ -1,0 +1,180 @@
+"""The loop the product promises, on the models people bring (SPEC: "Models people bring").
+
+Hugging Face ViT, BERT, GPT-2, Llama, ResNet and MobileNet from tiny configs
+with random weights, and `torch.nn` LSTM and GRU (`tests/real_models.py`),
+each taken through what a user does with a model: `add_torch`, a call that
+matches PyTorch, `compare`, `trace`, `edit_text` run as a cell, `script()`
+run as a cell, and the `export()` file run by plain Python. One test per
+model, so that a model compiles once and the models run in parallel; a step
+that fails is reported with every other failing step of its model. Two models
+with data-dependent control flow check what the import error says.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import inspect
+import subprocess
+import sys
+import traceback
+
+import pytest
+import torch
+import tvm_ffi
+from real_models import CONTROL_FLOW, ZOO, flat
+
+from tvm_pyfunc_nb.errors import ModelImportError
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}  # float32, tiny models: errors here are about 1e-7
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_heap():
+    """Freeze what is alive before these tests (torch, TVM, transformers): the `%reset -f` after
+    each test then collects only what the test made."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+class Steps:
+    """The steps of the loop on one model, run in order. A step that fails is recorded and the
+    next one still runs (each starts from the module as the user has it), so that one failure
+    does not hide another; `check()` fails with all of them."""
+
+    def __init__(self, model: str):
+        self.model = model
+        self.failed: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        try:
+            yield
+        except Exception as error:  # AssertionError and the product's errors alike
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            lines = str(error).splitlines() or [""]
+            more = f" [{len(lines) - 4} more lines]" if len(lines) > 4 else ""
+            self.failed[name] = (
+                f"{type(error).__name__} at line {where.lineno}: " + "\n    ".join(lines[:4]) + more
+            )
+
+    def check(self) -> None:
+        if self.failed:
+            pytest.fail(
+                f"{self.model} fails at:\n"
+                + "\n".join(f"- {step}: {reason}" for step, reason in self.failed.items()),
+                pytrace=False,
+            )
+
+
+def reference(model: torch.nn.Module, *args) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return flat(model(*args))
+
+
+def same_numbers(ours, expected: list[torch.Tensor], **tol) -> None:
+    ours = flat(ours)
+    assert len(ours) == len(expected), f"{len(ours)} outputs, PyTorch gives {len(expected)}"
+    for i, (a, b) in enumerate(zip(ours, expected, strict=True)):
+        if tol:
+            torch.testing.assert_close(a, b, **tol, msg=lambda m, i=i: f"output {i}: {m}")
+        else:
+            assert torch.equal(a, b), f"output {i} changed"
+
+
+# Heaviest first, so that parallel workers start on the long ones
+ORDER = ["mobilenet", "vit", "bert", "llama", "gpt2", "lstm", "gru", "resnet"]
+assert sorted(ORDER) == sorted(ZOO)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ORDER)
+def test_a_real_model_goes_through_the_whole_loop(shell, name, tmp_path):
+    model, args = ZOO[name].build()
+    cls = type(model).__name__
+    expected = reference(model, *args)
+    steps = Steps(name)
+
+    live = shell.run(f"%tvmmodule {name}")
+    result = live.add_torch(model, args)
+    assert result.kinds == {"main": "relax"}
+    assert f"{name}.add_torch({cls}) defines main" in shell.text(result)
+
+    with steps.step("a call matching PyTorch"):
+        same_numbers(live.main(*args), expected, **TOL)
+        torch.manual_seed(1)
+        other = ZOO[name].example()  # new inputs of the example's shape
+        same_numbers(live.main(*other), reference(model, *other), **TOL)
+
+    with steps.step("compare"):
+        comparison = live.compare("main", model, *args)
+        assert comparison.ops, "not compared op by op"
+        assert comparison.passed and comparison.first_divergence is None, repr(comparison)
+        assert comparison.verdict().startswith("main matches"), comparison.verdict()
+        assert all(c.diff.passed for c in comparison.ops if c.diff is not None)
+
+    with steps.step("trace"):
+        trace = live.trace("main", *args)
+        assert len(trace) > 10 and all(isinstance(trace[b], torch.Tensor) for b in trace)
+        assert trace.rows()[0][0] == next(iter(trace))
+        same_numbers(trace.output, flat(live.main(*args)))
+
+    ours = flat(live.main(*args))
+    with steps.step("edit_text run as a cell"):
+        before = live.ir_mod["main"]
+        text = live.edit_text("main")
+        assert text.startswith(f"%%tvmmodule {name}\n@R.function\ndef main(")
+        assert "metadata" not in text and f"{name}.consts." in text
+        view = shell.run(text, cell_id=f"edit-{name}")
+        assert f"main replaces the definition from {name}.add_torch({cls})" in shell.text(view)
+        assert live.origin_of("main").startswith("cell In[")
+        assert tvm_ffi.structural_equal(before, live.ir_mod["main"])
+        same_numbers(live.main(*args), ours)
+
+    with steps.step("script() run as a cell"):
+        before = live.ir_mod
+        shell.run(f"%%tvmmodule {name}\n{live.script()}", cell_id=f"script-{name}")
+        assert tvm_ffi.structural_equal(before, live.ir_mod)
+        same_numbers(live.main(*args), ours)
+
+    with steps.step("export() run by plain Python"):
+        path = tmp_path / f"{name}_module.py"
+        live.export(str(path), example=("main", args))
+        assert "tvm_pyfunc_nb" not in path.read_text().split('"""', 2)[2]
+        done = subprocess.run(
+            [sys.executable, str(path)], capture_output=True, text=True, timeout=600
+        )
+        said = [line for line in (done.stdout + done.stderr).splitlines() if "Warning:" not in line]
+        assert done.returncode == 0, "\n".join(said[-4:])
+        assert f"{name}.main: gives the numbers of the live module" in done.stdout
+
+    steps.check()
+
+
+# -- what an import of data-dependent control flow says ---------------------------------------
+def line_of(model: torch.nn.Module, code: str) -> str:
+    """`file:line: code` of the line of `model.forward` that holds `code`."""
+    lines, first = inspect.getsourcelines(type(model).forward)
+    (offset,) = [i for i, line in enumerate(lines) if code in line]
+    return f"{inspect.getsourcefile(type(model))}:{first + offset}: {code}"
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [("sign_branch", "if y.sum() > 0:"), ("halve_until_small", "while x.norm() > 1:")],
+)
+def test_control_flow_on_values_fails_import_with_pytorchs_reason_and_the_users_line(
+    shell, name, code
+):
+    model, args = CONTROL_FLOW[name].build()
+    live = shell.run(f"%tvmmodule {name}")
+    with pytest.raises(ModelImportError) as info:
+        live.add_torch(model, args)
+    message = str(info.value)
+    assert "could not guard on data-dependent expression" in message.lower(), message
+    assert line_of(model, code) in message, message
+    assert "The error above occurred" not in message  # PyTorch's trailer, without what is above
+    assert info.value.__cause__ is not None  # %tb has PyTorch's whole story
+    assert live.functions == {}
