@@ -238,6 +238,8 @@ class Build:
         checks = "checked" if checked else "unchecked"
         self.key = f"{self.target} | pipeline {self.pipeline.name} | {checks}"
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
+        # schedules for the pipeline's kernels (tuned, DLight), applied to its output
+        self.after_pipeline: Callable[[tvm.IRModule], tvm.IRModule] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
         self._versions: dict[
             str, list[int]
@@ -497,10 +499,18 @@ class Build:
             raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
         return list(functions)
 
-    def lower(self, mod: tvm.IRModule) -> tvm.IRModule:
-        """`mod` after this module's Relax pipeline, for the target."""
+    def lower(self, mod: tvm.IRModule, *, scheduled: bool = True) -> tvm.IRModule:
+        """`mod` after this module's Relax pipeline, for the target; `scheduled`: with the
+        schedules `after_pipeline` gives its kernels."""
         with self.target:
-            return self.pipeline.make()(mod)
+            lowered = self.pipeline.make()(mod)
+        if scheduled and self.after_pipeline is not None:
+            lowered = self.after_pipeline(lowered)
+        return lowered
+
+    def forget_linked(self) -> None:
+        """Forget the Relax VMs kept: `after_pipeline` now schedules their kernels otherwise."""
+        self._vms.clear()
 
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()
@@ -514,6 +524,7 @@ class Build:
             raise CompileError(f"Relax lowering failed: {last_reason(err)}") from err
         build_start = time.perf_counter()
         called = dict((gv.name_hint, f) for gv, f in _called_prim_funcs(lowered, leftover))
+        self._refuse_unbound_pipeline_kernels(mod, names, called)
         built = self._kernels(called, set(called), use_cache)
         for name, kernel in built.items():
             _raise_if_failed(kernel.lib, name)
@@ -539,6 +550,21 @@ class Build:
         finally:
             self._record("vm", names, start)
         return Linked(mod, lowered, exe, kernels)
+
+    def _refuse_unbound_pipeline_kernels(self, mod: tvm.IRModule, names, called: dict) -> None:
+        """On a GPU, kernels the pipeline made without thread bindings: the advice names the
+        Relax function to schedule (its kernels are not the user's to name)."""
+        if not self.is_gpu:
+            return
+        own = {gv.name_hint for gv in mod.get_global_vars()}
+        unbound = sorted(n for n, f in called.items() if n not in own and not _binds_threads(f))
+        if unbound:
+            raise CompileError(
+                f"pipeline `{self.pipeline.name}` leaves kernel(s) {', '.join(unbound)} without "
+                f"GPU thread bindings, so they cannot run on target {self.target_name}; schedule "
+                f'them with {self.module_name}.schedule("{names[0]}", "dlight") or use '
+                "--pipeline target"
+            )
 
     # -- records -------------------------------------------------------------------
     def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:

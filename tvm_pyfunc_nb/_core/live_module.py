@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import CallError, CompileError, TVMModuleError, last_reason
+from ..errors import CallError, CompileError, ScheduleError, TVMModuleError, last_reason
 from . import front_end
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import AUTO_PIPELINE, Build, CompileRecord, CompileStats
@@ -42,6 +42,7 @@ from .contributions import Contribution, FunctionEntry, from_cell, next_run, own
 from .crash_guards import has_guards
 from .editing import ConstantTable, function_text, module_text, name_constants
 from .exporting import LibraryExport, python_file
+from .function_tuning import FunctionTuningReport, KernelSchedules, schedules_dir, tune_function
 from .importing import TorchOrigin, added_contribution, import_torch, typed_global_var
 from .lowering import generated_source, kernels_of, lowered_prim_func, lowered_relax
 from .pyfunc_loader import forget_cell_text, register_cell_text, runtime_pyfunc_source
@@ -132,6 +133,10 @@ class LiveModule:
             local=rpc is None,
         )
         _check_target_runs_on(self._build.target, target, self.device, device)
+        self._schedules = KernelSchedules(
+            schedules_dir(persistent_cache, name, self._build.target), self._build.target
+        )
+        self._build.after_pipeline = self._schedules.apply
         self.options = ModuleOptions(
             target, device, pipeline or AUTO_PIPELINE, checked, rpc, cross_compiler
         )
@@ -587,6 +592,8 @@ class LiveModule:
         the target; `how=function` calls `function(sch)` with a `tvm.s_tir.Schedule` of the kernel
         (its function is `main`: `sch.get_sblock("C")`) to apply primitives. The result replaces
         the kernel until the kernel's own cell runs again."""
+        if self.entry(kernel).kind == RELAX and isinstance(how, str) and how == "dlight":
+            return self._dlight_function(kernel)
         entry = self._prim_entry(kernel, "schedule")
         if isinstance(how, str) and how == "dlight":
             func, what = dlight(entry.func, kernel, self._build.target), '"dlight"'
@@ -599,12 +606,19 @@ class LiveModule:
             )
         return self._replace_kernel(entry, func, f"{self.name}.schedule({kernel!r}, {what})")
 
-    def tune(self, kernel: str, trials: int = 32) -> TuningReport:
+    def tune(self, kernel: str, trials: int = 32) -> TuningReport | FunctionTuningReport:
         """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates measured here, progress
         shown), then use the best schedule found, as `schedule` does. Its database is kept (in
-        the compile cache's directory), so tuning again reuses the trials already measured."""
+        the compile cache's directory), so tuning again reuses the trials already measured.
+
+        For a Relax function, the kernels its pipeline makes (`kernels(fn)`) are tuned
+        together, sharing the trials by weight; their best schedules are used whenever the
+        function compiles, also in a later kernel process with the same compile cache. The
+        report is a table: kernel, time before, time after."""
         if not isinstance(trials, int) or trials < 1:
             raise CallError("tune: trials must be a positive number", function=kernel)
+        if self.entry(kernel).kind == RELAX:
+            return self._tune_function(kernel, trials)
         original = self._original_kernel(self._prim_entry(kernel, "tune"))
         persistent = self._build.persistent
         work_dir = work_dir_for(
@@ -623,6 +637,51 @@ class LiveModule:
         )
         self._replace_kernel(original, func, f"{self.name}.tune({kernel!r}, trials={trials})")
         return report
+
+    def _tune_function(self, fn: str, trials: int) -> FunctionTuningReport:
+        if self._remote is not None or self._build.target.kind.name != "llvm":
+            raise ScheduleError(
+                "tune measures each candidate on this machine's CPU, so it needs a module for "
+                f"an llvm target run here (this one: --target {self.target}"
+                f"{' --rpc ' + self.options.rpc if self.options.rpc else ''})",
+                function=fn,
+            )
+        self._linked_for(fn, "tune")  # compile errors first, as a call would give them
+        lowered = self._build.lower(self._vm_module(self._state, [fn]), scheduled=False)
+        report = tune_function(
+            lowered,
+            fn,
+            self._schedules,
+            trials,
+            lambda todo: front_end.current().progress(self, f"tuning {fn}", todo, "trials"),
+        )
+        self._kernel_schedules_changed()
+        return report
+
+    def _dlight_function(self, fn: str) -> list[str]:
+        """DLight over every kernel of Relax function `fn`; the kernels it scheduled."""
+        self._relax_entry(fn, "schedule")
+        try:  # not linked first: on a GPU the kernels may not compile before DLight binds them
+            lowered = self._build.lower(self._vm_module(self._state, [fn]), scheduled=False)
+        except Exception as err:  # TVM raises many types; each means "this does not lower"
+            raise CompileError(f"Relax lowering failed: {last_reason(err)}", function=fn) from err
+        scheduled = self._schedules.dlight_kernels_of(lowered, fn)
+        if not scheduled:
+            raise ScheduleError(
+                f"DLight has no schedule for any kernel of it on target "
+                f"{self._build.target.kind.name} (its kernels are scheduled already, or, on a "
+                "CPU, are not GEMV or reductions: try tune)",
+                function=fn,
+            )
+        self._schedules.dlight.add(fn)
+        self._kernel_schedules_changed()
+        return scheduled
+
+    def _kernel_schedules_changed(self) -> None:
+        """Relax functions compile again, their kernels scheduled as `_schedules` says now."""
+        self._build.forget_linked()
+        self._vm_state = None
+        self._calls.changed()
 
     def _prim_entry(self, kernel: str, what: str) -> FunctionEntry:
         return self._entry_of_kind(kernel, PRIMFUNC, what)

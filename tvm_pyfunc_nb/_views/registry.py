@@ -99,8 +99,8 @@ class NotebookFrontEnd(FrontEnd):
             watch = self._watches[live] = CompileWatch(live)
         return watch(kind, names)
 
-    def progress(self, live: LiveModule, title: str, total: int) -> Progress:
-        return ViewProgress(title, total)
+    def progress(self, live: LiveModule, title: str, total: int, unit: str = "") -> Progress:
+        return ViewProgress(title, total, unit)
 
 
 class CompileWatch:
@@ -148,16 +148,25 @@ class CompileWatch:
 
 
 class ViewProgress(Progress):
-    """Long work (tuning) shown as a progress line in the output of the cell that runs it."""
+    """Long work (tuning) shown as a progress line in the output of the cell that runs it.
 
-    def __init__(self, title: str, total: int):
+    The widget follows every step. A front end without widgets shows the line's text or
+    HTML as it was when drawn, so the line is drawn again when the work ends: what stays in
+    the output says where it ended.
+    """
+
+    def __init__(self, title: str, total: int, unit: str = ""):
         from IPython.display import display
 
-        self.line = ProgressLine(title, total)
-        display(self.line)
+        self.line = ProgressLine(title, total, unit)
+        self.shown = display(self.line, display_id=True)
 
     def step(self, done: int, note: str = "") -> None:
         self.line.step(done, note)
+
+    def close(self) -> None:
+        if self.shown is not None:
+            self.shown.update(self.line)
 
 
 def _show_progress(live: LiveModule | None, html: str) -> None:
@@ -176,6 +185,7 @@ def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
+    from .._core.function_tuning import FunctionTuningReport
     from .._core.timing import Timing
     from .._core.tracing import Trace
 
@@ -185,6 +195,7 @@ def _html_views() -> dict[type, object]:
         Timing: render.timing_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
+        FunctionTuningReport: render.function_tuning_html,
     }
 
 
