@@ -315,8 +315,9 @@ def tuned_model_rows(tuned: dict) -> list[Row]:
         rows.append(
             Row(
                 "fast",
-                f'{figures["title"]}, `add_torch` then `tune("main", trials='
-                f"{figures['trials_run']})` vs PyTorch eager (`inference_mode`)",
+                f"{figures['title']}, `add_torch`, `--pipeline {figures['pipeline']}`, then "
+                f'`tune("main", trials={figures["trials_run"]})` vs PyTorch eager '
+                "(`inference_mode`)",
                 figures["after"]["ours"],
                 figures["after"]["torch"],
                 goal="≥ 0.5×",

@@ -1,16 +1,17 @@
 """Making a model fast with `tune("main")`: a model imported with `add_torch`, its kernels tuned
 together, against PyTorch eager (under `torch.inference_mode`) on the same inputs in the same run.
 
-The module is compiled for this machine's CPU (`{"kind": "llvm", "mcpu": "native"}`) with the
-default options otherwise; the tuning database lives in this run's empty cache directory, so
-every trial is measured. Ours is timed by `NAME.time("main", x)` (TVM's `time_evaluator`),
-PyTorch by the same wall-clock loop `against=` runs, in a few rounds of both. Per kernel, the
-report's before and after times (each kernel alone, as MetaSchedule times a trial) say where
-the time goes.
+The module is compiled for this machine's CPU (`{"kind": "llvm", "mcpu": "native"}`), under the
+default pipeline and under `zero` (which folds the weights' transposes and fuses); the tuning
+database lives in this run's empty cache directory, so every trial is measured. Ours is timed by
+`NAME.time("main", x)` (TVM's `time_evaluator`), PyTorch by the same wall-clock loop `against=`
+runs, in a few rounds of both. Per kernel, the report's before and after times (each kernel
+alone, as MetaSchedule times a trial) say where the time goes.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -19,6 +20,8 @@ import time
 import torch
 from harness import notebook_shell
 from torch import nn
+
+from tvm_pyfunc_nb._core.scheduling import _import_tensor_intrinsics as import_tensor_intrinsics
 
 NATIVE = '{"kind":"llvm","mcpu":"native"}'  # no spaces: IPython's magic line keeps quotes
 
@@ -31,6 +34,8 @@ def mlp() -> tuple[nn.Module, tuple[torch.Tensor, ...], str]:
 
 
 MODELS = {"mlp": mlp}
+# the default (each op a kernel of its own), and `zero` (weights' transposes folded, ops fused)
+PIPELINES = ("auto", "zero")
 
 
 def eager(model: nn.Module):
@@ -59,15 +64,14 @@ def measure(trials: int, number: int, repeat: int, rounds: int) -> dict:
     shell = notebook_shell()
     out: dict = {"torch_threads": torch.get_num_threads(), "trials": trials}
     start = time.perf_counter()
-    import tvm.s_tir.meta_schedule
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (MetaSchedule's one-time imports, timed apart)
-
+    import_tensor_intrinsics()  # MetaSchedule's one-time imports, as `tune` does them, timed apart
     out["import_seconds"] = time.perf_counter() - start
     out["models"] = models = {}
-    for key, make in MODELS.items():
+    for (key, make), pipeline in itertools.product(MODELS.items(), PIPELINES):
         model, args, title = make()
-        shell.run(f"%tvmmodule {key} --quiet --target {NATIVE}")
-        live = shell.ns[key]
+        name = f"{key}_{pipeline}"
+        shell.run(f"%tvmmodule {name} --quiet --target {NATIVE} --pipeline {pipeline}")
+        live = shell.ns[name]
         live.add_torch(model, args)
         reference = eager(model)
         expected = reference(*args)
@@ -80,8 +84,9 @@ def measure(trials: int, number: int, repeat: int, rounds: int) -> dict:
         assert torch.allclose(live.main(*args), expected, atol=1e-4), f"{key} tuned"
         shell.flush_cache()
         after = compare(live, args, reference, number, repeat, rounds)
-        models[key] = {
+        models[name] = {
             "title": title,
+            "pipeline": pipeline,
             "before": before,
             "after": after,
             "tune_seconds": seconds,

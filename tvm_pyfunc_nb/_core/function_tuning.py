@@ -40,6 +40,7 @@ from tvm import relax
 from ..errors import ScheduleError, last_reason
 from .front_end import Progress
 from .scheduling import (
+    _import_tensor_intrinsics,
     _in_process_builder,
     _in_process_runner,
     _quiet,
@@ -292,53 +293,28 @@ def tune_function(
 ) -> FunctionTuningReport:
     """Tune the kernels of `fn` (in `lowered`, the pipeline's output without any schedule)
     together, in `trials` trials counting those its database already has."""
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
-
     start = time.perf_counter()
     tasks = kernel_tasks(lowered, fn)
     if not tasks:
         raise ScheduleError("its kernels have nothing MetaSchedule can tune", function=fn)
     target = _tuning_target(schedules.target)
     database = schedules.database(create=True)
-    before = [_time_of(task.workload, target) for task in tasks]
     kept = sum(_kept_trials(database, task.workload) for task in tasks)
-    for task, seconds in zip(tasks, before, strict=True):
-        _keep_default(database, task.workload, target, seconds)
     todo = max(0, trials - kept)
-    if todo:
-        reporter = _KernelProgress(tasks, progress(todo), todo)
-        work_dir = schedules.directory or tempfile.mkdtemp(prefix="tvm-pyfunc-nb-tune-")
-        extracted = [
-            ms.ExtractedTask(t.names[0], t.workload, target, [t.workload], t.calls) for t in tasks
-        ]
-        with _quiet(ms):
-            contexts, weights = extracted_tasks_to_tune_contexts(
-                extracted, work_dir, strategy=_search(), num_threads=os.cpu_count() or 1, seed=0
-            )
-            try:
-                ms.tune_tasks(
-                    tasks=contexts,
-                    task_weights=weights,
-                    work_dir=work_dir,
-                    max_trials_global=todo,
-                    num_trials_per_iter=_per_iteration(todo, len(tasks)),
-                    builder=_in_process_builder(),
-                    runner=_in_process_runner(),
-                    database=database,
-                    cost_model="random",
-                    measure_callbacks=[
-                        *ms.measure_callback.MeasureCallback.create("default"),
-                        _per_kernel_callback_class()(reporter.measured),
-                    ],
-                    task_scheduler="gradient",
-                )
-            except Exception as err:
-                raise ScheduleError(
-                    f"MetaSchedule failed: {last_reason(err)}", function=fn
-                ) from err
-            finally:
-                reporter.close(before)
+    reporter = _KernelProgress(tasks, progress(todo) if todo else Progress(), todo)
+    try:
+        reporter.note("timing each kernel's default schedule")
+        before = [_time_of(task.workload, target) for task in tasks]
+        reporter.before = before
+        for task, seconds in zip(tasks, before, strict=True):
+            _keep_default(database, task.workload, target, seconds)
+        if todo:
+            reporter.note("starting MetaSchedule (its first use in a process takes a while)")
+            _tune_tasks(tasks, database, target, todo, schedules.directory, reporter)
+    except Exception as err:
+        raise ScheduleError(f"MetaSchedule failed: {last_reason(err)}", function=fn) from err
+    finally:
+        reporter.close()
     rows = []
     for task, seconds in zip(tasks, before, strict=True):
         sch = database.query_schedule(task.workload, target, WORKLOAD)
@@ -355,6 +331,39 @@ def tune_function(
         tuple(rows),
         schedules.directory or "in memory",
     )
+
+
+def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None:
+    """MetaSchedule over `tasks` together: `todo` trials, TVM's gradient scheduler sharing them
+    by weight after a first round for each kernel."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
+
+    _import_tensor_intrinsics()
+    work_dir = directory or tempfile.mkdtemp(prefix="tvm-pyfunc-nb-tune-")
+    extracted = [
+        ms.ExtractedTask(t.names[0], t.workload, target, [t.workload], t.calls) for t in tasks
+    ]
+    with _quiet(ms):
+        contexts, weights = extracted_tasks_to_tune_contexts(
+            extracted, work_dir, strategy=_search(), num_threads=os.cpu_count() or 1, seed=0
+        )
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=work_dir,
+            max_trials_global=todo,
+            num_trials_per_iter=_per_iteration(todo, len(tasks)),
+            builder=_in_process_builder(),
+            runner=_in_process_runner(),
+            database=database,
+            cost_model="random",
+            measure_callbacks=[
+                *ms.measure_callback.MeasureCallback.create("default"),
+                _per_kernel_callback_class()(reporter.measured),
+            ],
+            task_scheduler="gradient",
+        )
 
 
 def _per_iteration(todo: int, tasks: int) -> int:
@@ -418,6 +427,11 @@ class _KernelProgress:
         self.done = 0
         self.trials = [0] * len(tasks)
         self.best: list[float | None] = [None] * len(tasks)
+        self.before: list[float | None] = [None] * len(tasks)
+
+    def note(self, what: str) -> None:
+        """What is happening before the first trial."""
+        self.progress.step(0, what)
 
     def measured(self, task: int, seconds: float | None) -> None:
         self.done += 1
@@ -429,10 +443,10 @@ class _KernelProgress:
         note = f"kernel {task + 1} of {len(self.tasks)}: {name}, best {_ms(best) if best else '—'}"
         self.progress.step(self.done, note)
 
-    def close(self, before: list[float | None]) -> None:
+    def close(self) -> None:
         tuned = sum(1 for b in self.best if b is not None)
         note = f"{tuned} of {len(self.tasks)} kernels"
-        after, was = self._per_call(self.best), self._per_call(before)
+        after, was = self._per_call(self.best), self._per_call(self.before)
         if after is not None:
             note += f" · best {_ms(after)} per call"
             if was is not None:

@@ -132,6 +132,7 @@ def tune(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
+    _import_tensor_intrinsics()
     mod = _normalize_mod(func)  # the workload as MetaSchedule files it (`main`, noalias)
     tuning_target = _tuning_target(target)
     database = ms.database.JSONDatabase(work_dir=work_dir)
@@ -200,6 +201,26 @@ def _tuning_target(target: tvm.target.Target) -> tvm.target.Target:
     if target.kind.name == "llvm" and "num-cores" not in config:
         config["num-cores"] = os.cpu_count() or 1
     return tvm.target.Target(config)
+
+
+def _import_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics, as MetaSchedule's first tuning task does, in seconds
+    rather than minutes.
+
+    Each of their ~300 PrimFuncs is parsed under `@T.prim_func`, which calls `inspect.stack()`.
+    For every frame whose file does not exist (`<frozen importlib._bootstrap>`, `<ast>`) that
+    scans all loaded modules for one with that file, thousands once torch is loaded: 5 minutes
+    on a busy 2-core machine, 50 s with the answers in `inspect`'s own file-to-module cache
+    (the import machinery's frozen modules for their names; no module for `<ast>`)."""
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
+        inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
+    inspect.modulesbyfile.setdefault("<ast>", "")  # sys.modules has no "": no module, as a scan
+    import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
 @contextlib.contextmanager

@@ -494,14 +494,19 @@ def update_html(result: UpdateResult) -> str:
 
 
 def work_progress_text(title: str, done: int, total: int, note: str, unit: str = "") -> str:
-    """A line for long work in progress: `tuning k: 5 of 16 trials · best 0.7 ms`."""
+    """A line for long work in progress: `tuning k: 5 of 16 trials · best 0.7 ms`.
+
+    The work may do a few steps more than planned (MetaSchedule measures whole rounds):
+    the total then grows with it."""
+    total = max(total, done)
     detail = f" · {note}" if note else ""
     return f"{title}: {done} of {total}{' ' + unit if unit else ''}{detail}"
 
 
 def work_progress_html(title: str, done: int, total: int, note: str, unit: str = "") -> str:
     """`work_progress_text` with a bar."""
-    width = min(100, int(100 * done / total)) if total else 0
+    total = max(total, done)
+    width = int(100 * done / total) if total else 0
     bar = (
         f'<span style="display:inline-block;width:10em;height:0.7em;border:1px solid #8a5a00;'
         f'vertical-align:middle"><span style="display:block;height:100%;width:{width}%;'
