@@ -587,11 +587,15 @@ class LiveModule:
         return ""
 
     # -- making kernels fast ---------------------------------------------------------
-    def schedule(self, kernel: str, how) -> UpdateResult:
+    def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` applies TVM's DLight default schedules for
         the target; `how=function` calls `function(sch)` with a `tvm.s_tir.Schedule` of the kernel
         (its function is `main`: `sch.get_sblock("C")`) to apply primitives. The result replaces
-        the kernel until the kernel's own cell runs again."""
+        the kernel until the kernel's own cell runs again.
+
+        `schedule("fn", "dlight")` on a Relax function applies DLight to every kernel its
+        pipeline makes, whenever it compiles (on a GPU target, what binds their threads);
+        returns the kernels DLight scheduled."""
         if self.entry(kernel).kind == RELAX and isinstance(how, str) and how == "dlight":
             return self._dlight_function(kernel)
         entry = self._prim_entry(kernel, "schedule")
