@@ -31,7 +31,8 @@ UPSTREAM_REPEATS = (5, 5, 3)
 CALL_NUMBER, CALL_ROUNDS = 2000, 41
 NOTEBOOK_REPEATS = 3
 COST_FUNCTIONS = 8
-MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 16
+MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 64
+MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS = 64, 10, 3, 3
 GUARD_NUMBER, GUARD_ROUNDS = 20, 5
 REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
 MODEL_LAYERS, MODEL_REPEATS = 4, 3
@@ -314,6 +315,31 @@ def fast_rows(fast: dict) -> list[Row]:
     return rows
 
 
+def tuned_model_rows(tuned: dict) -> list[Row]:
+    """`tune("main")` on imported models, against PyTorch eager under `inference_mode`."""
+    rows = []
+    for figures in tuned["models"].values():
+        slowest = max(figures["kernels"], key=lambda k: (k["after"] or 0) * k["calls"])
+        rows.append(
+            Row(
+                "fast",
+                f"{figures['title']}, `add_torch`, `--pipeline {figures['pipeline']}`, then "
+                f'`tune("main", trials={figures["trials_run"]})` vs PyTorch eager '
+                "(`inference_mode`)",
+                figures["after"]["ours"],
+                figures["after"]["torch"],
+                goal="≥ 0.5×",
+                met=figures["after"]["torch"] / figures["after"]["ours"] >= 0.5,
+                note=f"`tune` took {_time(figures['tune_seconds'])} for "
+                f"{len(figures['kernels'])} kernels (MetaSchedule's one-time imports, "
+                f"{_time(tuned['import_seconds'])}, apart); before tuning ours "
+                f"{_time(figures['before']['ours'])}; slowest kernel after: "
+                f"{slowest['kernel']} {_time(slowest['after'] or 0)}",
+            )
+        )
+    return rows
+
+
 def fast_lines(fast: dict) -> list[str]:
     return [
         f'- target `{fast["target"]}`: `{{"kind": "llvm", "mcpu": "native"}}`, the CPU '
@@ -522,6 +548,7 @@ def main() -> None:
     nb = section("notebook.py", NOTEBOOK_REPEATS)
     costs = section("cache_costs.py", COST_FUNCTIONS)
     fast = section("make_fast.py", MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS)
+    tuned = section("tune_models.py", MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS)
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
@@ -531,6 +558,7 @@ def main() -> None:
         + call_rows(calls)
         + notebook_rows(nb)
         + fast_rows(fast)
+        + tuned_model_rows(tuned)
         + guard_rows(guards)
         + remote_rows(remote)
         + model_rows(model)

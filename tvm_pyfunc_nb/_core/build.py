@@ -244,6 +244,8 @@ class Build:
             f"{self.target} | pipeline {self.pipeline.name} | {checks} | offload {self.offload}"
         )
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
+        # schedules for the pipeline's kernels (tuned, DLight), applied to its output
+        self.after_pipeline: Callable[[tvm.IRModule], tvm.IRModule] | None = None
         self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
         # name -> keys of its kept libraries, oldest first
         self._versions: dict[str, list[int]] = {}
@@ -502,19 +504,30 @@ class Build:
             raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
         return list(functions)
 
-    def lower(self, mod: tvm.IRModule, *, offload: str | None = None) -> tvm.IRModule:
+    def lower(
+        self, mod: tvm.IRModule, *, offload: str | None = None, scheduled: bool = True
+    ) -> tvm.IRModule:
         """`mod` after this module's Relax pipeline, for the target: its heavy ops sent to
-        PyTorch first with --offload torch, and the matmul and convolution kernels the pipeline
-        made scheduled for the CPU after (cpu_schedules.py; the module's own PrimFuncs are left
-        as written). TVM's warnings about the code its legalization writes (`take` in fast
+        PyTorch first with --offload torch; then, with `scheduled`, the schedules
+        `after_pipeline` gives its kernels (tuned, DLight), and for the matmul and convolution
+        kernels left the CPU schedule (cpu_schedules.py; the module's own PrimFuncs are left as
+        written). TVM's warnings about the code its legalization writes (`take` in fast
         mode, `pow` with a large exponent: every imported transformer has both) say nothing a
         user can act on, and would land in the cell's output at each compile: they are kept
         out of it."""
         with self.target, native_stderr_silenced():
             offloaded = offload_to_torch(mod) if (offload or self.offload) == TORCH else mod
             lowered = self.pipeline.make()(offloaded)
+        if not scheduled:
+            return lowered
+        if self.after_pipeline is not None:
+            lowered = self.after_pipeline(lowered)
         own = {gv.name_hint for gv, _ in _prim_funcs(mod)}
         return schedule_matmuls(lowered, self.target, keep=own)
+
+    def forget_linked(self) -> None:
+        """Forget the Relax VMs kept: `after_pipeline` now schedules their kernels otherwise."""
+        self._vms.clear()
 
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()
@@ -531,6 +544,7 @@ class Build:
             raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
         build_start = time.perf_counter()
         called = dict((gv.name_hint, f) for gv, f in _called_prim_funcs(lowered, leftover))
+        self._refuse_unbound_pipeline_kernels(mod, names, called)
         built = self._kernels(called, set(called), use_cache)
         for name, kernel in built.items():
             if isinstance(kernel.lib, CompileError):
@@ -557,6 +571,21 @@ class Build:
         finally:
             self._record("vm", names, start)
         return Linked(mod, lowered, exe, kernels)
+
+    def _refuse_unbound_pipeline_kernels(self, mod: tvm.IRModule, names, called: dict) -> None:
+        """On a GPU, kernels the pipeline made without thread bindings: the advice names the
+        Relax function to schedule (its kernels are not the user's to name)."""
+        if not self.is_gpu:
+            return
+        own = {gv.name_hint for gv in mod.get_global_vars()}
+        unbound = sorted(n for n, f in called.items() if n not in own and not _binds_threads(f))
+        if unbound:
+            raise CompileError(
+                f"pipeline `{self.pipeline.name}` leaves kernel(s) {', '.join(unbound)} without "
+                f"GPU thread bindings, so they cannot run on target {self.target_name}; schedule "
+                f'them with {self.module_name}.schedule("{names[0]}", "dlight") or use '
+                "--pipeline target"
+            )
 
     # -- records -------------------------------------------------------------------
     def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:

@@ -70,6 +70,12 @@ class Compiler:
         self.clear()
         return self.compile(state, use_cache=False)
 
+    def forget_linked(self) -> None:
+        """Forget the linked VMs (their kernels are scheduled otherwise now); kernels stay."""
+        self.build.forget_linked()
+        self._linked = None
+        self.compiled = None
+
     def clear(self) -> None:
         """Forget everything compiled (kept in memory)."""
         self.build.clear()

@@ -42,8 +42,8 @@ class FrontEnd:
         """A context manager around each TVM build of `live` (views show long ones)."""
         return nullcontext()
 
-    def progress(self, live, title: str, total: int) -> Progress:
-        """A reporter for `total` steps of long work on `live` (MetaSchedule trials)."""
+    def progress(self, live, title: str, total: int, unit: str = "") -> Progress:
+        """A reporter for `total` steps (of `unit`, e.g. "trials") of long work on `live`."""
         return Progress()
 
 

@@ -35,6 +35,7 @@ from . import (
     editing,
     exporting,
     front_end,
+    function_tuning,
     lowering,
     scheduling,
     timing,
@@ -50,6 +51,7 @@ from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable, module_text, name_constants
+from .function_tuning import KernelSchedules, schedules_dir
 from .importing import TorchOrigin, added_contribution, import_torch
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
@@ -89,6 +91,9 @@ class LiveModule(UpstreamInterface):
         build = Build(self.options, self.stats, persistent_cache, name)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end.compile_hook(self)
+        tuned = schedules_dir(persistent_cache, name, build.target)
+        self._schedules = KernelSchedules(tuned, build.target)
+        build.after_pipeline = self._schedules.apply
         self._calls = CallTable(self.stats, vars(self))
         self._compiler = Compiler(build, PyFuncBridge(self._calls, name))
         parts = (self, self._assembly, self._compiler, self._calls, self.device)
@@ -300,17 +305,29 @@ class LiveModule(UpstreamInterface):
         clock); `against=callable` times a reference on the same inputs and shows the ratio."""
         return timing.time_function(self, fn, args, number, repeat, against)
 
-    def schedule(self, kernel: str, how) -> UpdateResult:
+    def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or
-        a function of a `tvm.s_tir.Schedule`; the result replaces it until its cell runs again."""
+        a function of a `tvm.s_tir.Schedule`; the result replaces it until its cell runs again.
+        On a Relax function, DLight over every kernel its pipeline makes (returns which)."""
+        if self.entry(kernel).kind == RELAX:
+            return self._schedules_changed(function_tuning.dlight_relax(self, kernel, how))
         return self._apply(self._assembly.propose(scheduling.schedule(self, kernel, how)))
 
-    def tune(self, kernel: str, trials: int = 32) -> scheduling.TuningReport:
-        """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates, progress shown), then use
-        the best schedule found, as `schedule` does; its database is kept for next time."""
+    def tune(self, kernel: str, trials: int = 32):
+        """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates, progress shown) and use
+        the best schedule, as `schedule` does; a Relax function's kernels are tuned together and
+        used whenever it compiles. The database is kept in the compile cache for next time."""
+        if self.entry(kernel).kind == RELAX:
+            return self._schedules_changed(function_tuning.tune_relax(self, kernel, trials))
         contribution, report = scheduling.tune(self, kernel, trials)
         self._apply(self._assembly.propose(contribution))
         return report
+
+    def _schedules_changed(self, result):
+        """The pipeline's kernels are scheduled otherwise now: Relax functions link again."""
+        self._compiler.forget_linked()
+        self._commit()
+        return result
 
     # -- compiling -----------------------------------------------------------------
     def compile(self) -> list[CompileRecord]:

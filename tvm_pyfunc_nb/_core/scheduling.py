@@ -48,20 +48,10 @@ def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm
     from tvm.s_tir import dlight as dl
 
     _needs_blocks(func, name)
-    if "gpu" in target.keys:
-        rules = [
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        ]
-    else:
-        rules = [dl.cpu.GEMV(), dl.cpu.Reduction()]
     mod = tvm.IRModule({SCHEDULED_NAME: func})  # DLight changes the module it is given: a copy
     try:
         with target:
-            scheduled = dl.ApplyDefaultSchedule(*rules)(mod)[SCHEDULED_NAME]
+            scheduled = dl.ApplyDefaultSchedule(*dlight_rules(target))(mod)[SCHEDULED_NAME]
     except Exception as err:
         raise ScheduleError(f"DLight failed: {last_reason(err)}", function=name) from err
     if tvm_ffi.structural_equal(scheduled, func):
@@ -71,6 +61,22 @@ def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm
             function=name,
         )
     return scheduled
+
+
+def dlight_rules(target: tvm.target.Target) -> list:
+    """DLight's default rules for `target`: GPU rules bind threads; CPU rules know GEMV and
+    reductions only."""
+    from tvm.s_tir import dlight as dl
+
+    if "gpu" in target.keys:
+        return [
+            dl.gpu.Matmul(),
+            dl.gpu.GEMV(),
+            dl.gpu.Reduction(),
+            dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback(),
+        ]
+    return [dl.cpu.GEMV(), dl.cpu.Reduction()]
 
 
 def by_hand(func: tvm.tirx.PrimFunc, name: str, how: Callable) -> tvm.tirx.PrimFunc:
@@ -133,6 +139,7 @@ def tuned(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
+    _import_tensor_intrinsics()
     mod = _normalize_mod(func)  # the workload as MetaSchedule files it (`main`, noalias)
     tuning_target = _tuning_target(target)
     database = ms.database.JSONDatabase(work_dir=work_dir)
@@ -201,6 +208,26 @@ def _tuning_target(target: tvm.target.Target) -> tvm.target.Target:
     if target.kind.name == "llvm" and "num-cores" not in config:
         config["num-cores"] = os.cpu_count() or 1
     return tvm.target.Target(config)
+
+
+def _import_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics, as MetaSchedule's first tuning task does, in seconds
+    rather than minutes.
+
+    Each of their ~300 PrimFuncs is parsed under `@T.prim_func`, which calls `inspect.stack()`.
+    For every frame whose file does not exist (`<frozen importlib._bootstrap>`, `<ast>`) that
+    scans all loaded modules for one with that file, thousands once torch is loaded: 5 minutes
+    on a busy 2-core machine, 50 s with the answers in `inspect`'s own file-to-module cache
+    (the import machinery's frozen modules for their names; no module for `<ast>`)."""
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
+        inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
+    inspect.modulesbyfile.setdefault("<ast>", "")  # sys.modules has no "": no module, as a scan
+    import tvm.s_tir.tensor_intrin  # noqa: F401
 
 
 @contextlib.contextmanager
@@ -275,31 +302,39 @@ def _in_process_builder():
 def _in_process_runner():
     """Runs each built candidate with TVM's own evaluator in this process."""
     from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, PyRunner
+    from tvm.s_tir.meta_schedule.runner import PyRunner
     from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
-    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common, run_evaluator_common
-
-    config = EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False)
 
     @derived_object
     class InProcessRunner(PyRunner):
         def run(self, runner_inputs):
-            device = tvm.cpu()
-            fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", True)
             futures = []
             for runner_input in runner_inputs:
                 try:
                     lib = _BUILT.pop(str(runner_input.artifact_path))
-                    infos = [info.as_json() for info in runner_input.args_info]
-                    args = alloc_argument_common(fill, device, infos, 1)
-                    futures.append(
-                        LocalRunnerFuture(res=run_evaluator_common(lib, device, config, args))
-                    )
+                    futures.append(LocalRunnerFuture(res=_run(lib, runner_input.args_info)))
                 except Exception as err:  # a candidate that fails to run is a failed trial
                     futures.append(LocalRunnerFuture(error_message=last_reason(err)))
             return futures
 
     return InProcessRunner()
+
+
+def measured_seconds(lib, args_info) -> float:
+    """The best of a kernel library's runs on random arguments, as a tuning trial measures it."""
+    return min(float(s) for s in _run(lib, args_info))
+
+
+def _run(lib, args_info) -> list[float]:
+    """Seconds of each timed run of `lib`'s kernel here, on random arguments shaped `args_info`."""
+    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
+    from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common, run_evaluator_common
+
+    device = tvm.cpu()
+    fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", True)
+    args = alloc_argument_common(fill, device, [info.as_json() for info in args_info], 1)
+    config = EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False)
+    return run_evaluator_common(lib, device, config, args)
 
 
 _BUILT: dict[str, object] = {}  # artifact path -> library, from the builder to the runner

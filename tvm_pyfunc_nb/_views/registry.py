@@ -124,8 +124,8 @@ class NotebookFrontEnd(FrontEnd):
             watch = self._watches[live] = CompileWatch(live)
         return watch(kind, names)
 
-    def progress(self, live: LiveModule, title: str, total: int) -> Progress:
-        return ViewProgress(title, total)
+    def progress(self, live: LiveModule, title: str, total: int, unit: str = "") -> Progress:
+        return ViewProgress(title, total, unit)
 
 
 class CompileWatch:
@@ -173,12 +173,17 @@ class CompileWatch:
 
 
 class ViewProgress(Progress):
-    """Long work (tuning) shown as a progress line in the output of the cell that runs it."""
+    """Long work (tuning) shown as a progress line in the output of the cell that runs it.
 
-    def __init__(self, title: str, total: int):
+    The widget follows every step. A front end without widgets shows the line's text or
+    HTML as it was when drawn, so the line is drawn again when the work ends: what stays in
+    the output says where it ended.
+    """
+
+    def __init__(self, title: str, total: int, unit: str = ""):
         from IPython.display import display
 
-        self.line = ProgressLine(title, total)
+        self.line = ProgressLine(title, total, unit)
         self.handle = display(self.line, display_id=True)
 
     def step(self, done: int, note: str = "") -> None:
@@ -186,7 +191,8 @@ class ViewProgress(Progress):
 
     def close(self) -> None:
         """The text and HTML a saved notebook shows say where the work ended, as the line does."""
-        self.handle.update(self.line)
+        if self.handle is not None:
+            self.handle.update(self.line)
 
 
 def _show_progress(live: LiveModule | None, html: str) -> None:
@@ -205,6 +211,7 @@ def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
+    from .._core.function_tuning import FunctionTuningReport
     from .._core.timing import Timing
     from .._core.tracing import Trace
 
@@ -214,6 +221,7 @@ def _html_views() -> dict[type, object]:
         Timing: render.timing_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
+        FunctionTuningReport: render.function_tuning_html,
     }
 
 

@@ -497,13 +497,19 @@ def opened_bundle(text: str) -> dict[str, str]:
     return {"text/plain": f"{head}\n{text}", "text/html": f'<div style="{_VIEW}">{html}</div>'}
 
 
-def work_progress_text(title: str, done: int, total: int, note: str) -> str:
-    """`tuning k: 16 of 16 · best 0.7 ms`."""
-    return f"{title}: {done} of {total}" + (f" · {note}" if note else "")
+def work_progress_text(title: str, done: int, total: int, note: str, unit: str = "") -> str:
+    """A line for long work in progress: `tuning k: 5 of 16 trials · best 0.7 ms`.
+
+    The work may do a few steps more than planned (MetaSchedule measures whole rounds):
+    the total then grows with it."""
+    total = max(total, done)
+    detail = f" · {note}" if note else ""
+    return f"{title}: {done} of {total}{' ' + unit if unit else ''}{detail}"
 
 
-def work_progress_html(title: str, done: int, total: int, note: str) -> str:
-    """A line for long work in progress: `tuning k: 5 of 16 trials · best 0.7 ms`."""
+def work_progress_html(title: str, done: int, total: int, note: str, unit: str = "") -> str:
+    """`work_progress_text` with a bar."""
+    total = max(total, done)
     width = int(100 * done / total) if total else 0
     bar = (
         f'<span style="display:inline-block;width:10em;height:0.7em;border:1px solid #8a5a00;'
@@ -511,7 +517,12 @@ def work_progress_html(title: str, done: int, total: int, note: str) -> str:
         f'background:#e0a030"></span></span>'
     )
     detail = f" · {escape(note)}" if note else ""
-    return f'<div style="{_PROGRESS}">{escape(title)}: {bar} {done} of {total}{detail}</div>'
+    counted = f"{done} of {total}{' ' + escape(unit) if unit else ''}"
+    return f'<div style="{_PROGRESS}">{escape(title)}: {bar} {counted}{detail}</div>'
+
+
+def function_tuning_html(report) -> str:
+    return _titled(report.summary(), table_html(report.HEADER, report.table_rows()))
 
 
 _MARKED = "background:rgba(176,0,32,0.10);"

@@ -195,18 +195,18 @@ class ModuleWidget(_View):
 class ProgressLine(widgets.HTML):
     """Long work (a tuning run) in progress, in the output of the cell that started it."""
 
-    def __init__(self, title: str, total: int):
-        self.title, self.total, self.done, self.note = title, total, 0, ""
-        super().__init__(render.work_progress_html(title, 0, total, ""))
+    def __init__(self, title: str, total: int, unit: str = ""):
+        self.title, self.total, self.unit, self.done, self.note = title, total, unit, 0, ""
+        super().__init__(render.work_progress_html(title, 0, total, "", unit))
 
     def step(self, done: int, note: str) -> None:
         self.done, self.note = done, note
-        self.value = render.work_progress_html(self.title, done, self.total, note)
+        self.value = render.work_progress_html(self.title, done, self.total, note, self.unit)
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         bundle = super()._repr_mimebundle_(**kwargs)
         bundle["text/plain"] = render.work_progress_text(
-            self.title, self.done, self.total, self.note
+            self.title, self.done, self.total, self.note, self.unit
         )
         bundle["text/html"] = self.value
         return bundle

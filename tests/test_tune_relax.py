@@ -1,0 +1,156 @@
+"""Making a Relax function fast: `tune("fn")` over the kernels its pipeline makes, kept in the
+compile cache and applied again by a new module; `schedule("fn", "dlight")` up to CUDA code.
+
+Each test works as a user does, in a real IPython shell with `%%tvmmodule` cells. One tuning
+run of a few trials on a one-kernel function: MetaSchedule's first use in a process imports
+TVM's tensor intrinsics, the longest part.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import torch
+from IPython.utils.capture import capture_output
+
+from tvm_pyfunc_nb import CompileError, ScheduleError
+
+MATMUL = """
+@R.function
+def rmm(
+    x: R.Tensor((SIZE, SIZE), "float32"), y: R.Tensor((SIZE, SIZE), "float32")
+) -> R.Tensor((SIZE, SIZE), "float32"):
+    return R.matmul(x, y)
+"""
+
+MLP = """
+@R.function
+def mlp(
+    x: R.Tensor((4, 16), "float32"),
+    w1: R.Tensor((16, 32), "float32"),
+    b1: R.Tensor((32,), "float32"),
+    w2: R.Tensor((32, 8), "float32"),
+    b2: R.Tensor((8,), "float32"),
+) -> R.Tensor((4, 8), "float32"):
+    with R.dataflow():
+        h = R.nn.relu(R.add(R.matmul(x, w1), b1))
+        y = R.nn.relu(R.add(R.matmul(h, w2), b2))
+        R.output(y)
+    return y
+"""
+
+CUDA_ZERO = "--target cuda --device cuda --pipeline zero"
+
+
+@pytest.fixture
+def cached_shell(shell, tmp_path):
+    """The shell with a compile cache of the test's own (the tuning database lives there)."""
+    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
+    yield shell
+    shell.run("%config TVMModuleMagics.cache_dir = ''")
+
+
+def tuned_kernels(lowered: str) -> set[str]:
+    """The kernels in `lowered` text that carry a schedule (tuned or DLight)."""
+    found = set()
+    for block in lowered.split("@T.prim_func")[1:]:
+        name = re.search(r"def (\w+)\(", block).group(1)
+        if '"tirx.is_scheduled": True' in block:
+            found.add(name)
+    return found
+
+
+def latest_progress(outputs) -> str:
+    """What a front end without widgets shows last for the progress line (its last update)."""
+    texts = [o.data["text/plain"] for o in outputs if "text/plain" in o.data]
+    lines = [t for t in texts if t.startswith("tuning ")]
+    assert lines, texts
+    return lines[-1]
+
+
+@pytest.mark.slow
+def test_tune_a_relax_function_then_a_new_module_uses_its_schedules(cached_shell):
+    shell = cached_shell
+    shell.cell("demo", MATMUL.replace("SIZE", "128"))
+    demo = shell.ns["demo"]
+    x, y = torch.randn(128, 128), torch.randn(128, 128)
+    assert demo.kernels("rmm") == ["matmul"] and not tuned_kernels(demo.lowered("rmm"))
+
+    with capture_output() as shown:
+        report = demo.tune("rmm", trials=4)
+    assert type(report).__name__ == "FunctionTuningReport" and report.function == "rmm"
+    assert report.trials_run == 4 and report.trials_kept == 4, report
+    (row,) = report.rows
+    assert row.kernel == "matmul" and row.calls == 1 and row.trials == 4, row
+    assert row.before > 0 and row.after > 0 and row.after < row.before, row
+    text = shell.text(report)
+    assert "time before" in text and "time after" in text and "matmul" in text, text
+    html = shell.ip.display_formatter.formatters["text/html"].lookup(report)(report)
+    assert "<table" in html and "time after" in html, html
+    # the line a front end without widgets keeps says where tuning ended, not where it began
+    progress = latest_progress(shown.outputs)
+    assert progress.startswith("tuning rmm: 4 of 4 trials · 1 of 1 kernels · best "), progress
+
+    # the tuned kernel is what runs, and what lowered and source show
+    lowered = demo.lowered("rmm")
+    assert tuned_kernels(lowered) == {"matmul"}, lowered
+    assert "parallel" in lowered or "vectorized" in lowered
+    assert torch.allclose(demo.rmm(x, y), x @ y, atol=1e-3)
+    assert "define" in demo.source("rmm")
+
+    # a new module with the same cache (a restart): tuned at its first compile, no tuning
+    shell.flush_cache()
+    shell.run("%tvmmodule_drop demo")
+    shell.cell("demo", MATMUL.replace("SIZE", "128"))
+    again = shell.ns["demo"]
+    assert again is not demo
+    assert torch.allclose(again.rmm(x, y), x @ y, atol=1e-3)
+    assert again.lowered("rmm") == lowered
+    start = time.perf_counter()
+    kept = again.tune("rmm", trials=4)  # everything asked for is in the database already
+    assert kept.trials_run == 0 and kept.trials_kept == 4, kept
+    assert time.perf_counter() - start < 30
+
+    # an edit that changes the kernel: it misses the database and falls back to the default
+    shell.cell("demo", MATMUL.replace("SIZE", "96"))
+    x96, y96 = torch.randn(96, 96), torch.randn(96, 96)
+    assert torch.allclose(again.rmm(x96, y96), x96 @ y96, atol=1e-3)
+    assert not tuned_kernels(again.lowered("rmm"))
+    # and back: the database has that structure, so the tuned schedule returns
+    shell.cell("demo", MATMUL.replace("SIZE", "128"))
+    assert tuned_kernels(again.lowered("rmm")) == {"matmul"}
+
+
+def test_tune_needs_an_llvm_module_run_here(shell):
+    shell.cell("gpu", MLP, options="--target cuda --device cuda")
+    with pytest.raises(ScheduleError) as caught:
+        shell.ns["gpu"].tune("mlp", trials=2)
+    assert caught.value.function == "mlp" and "llvm" in str(caught.value), caught.value
+
+
+def test_dlight_schedules_every_kernel_of_a_relax_function_for_cuda(shell):
+    shell.cell("gpu", MLP, options=CUDA_ZERO)
+    gpu = shell.ns["gpu"]
+    with pytest.raises(CompileError) as caught:  # `zero` fuses but binds no threads
+        gpu.compile()
+    assert 'gpu.schedule("mlp", "dlight")' in str(caught.value), caught.value
+
+    scheduled = gpu.schedule("mlp", "dlight")
+    kernels = gpu.kernels("mlp")
+    assert sorted(scheduled) == sorted(kernels) and len(kernels) == 2, (scheduled, kernels)
+    lowered = gpu.lowered("mlp")
+    assert tuned_kernels(lowered) == set(kernels) and "T.thread_binding(" in lowered
+    source = gpu.source("mlp")
+    assert re.findall(r"^// kernel (\w+)$", source, re.MULTILINE) == kernels
+    for kernel in kernels:
+        assert re.search(rf"__global__ .*\b{kernel}_kernel\(", source), source[:2000]
+    gpu.compile()  # everything compiles now
+
+
+def test_dlight_on_a_cpu_relax_function_without_gemv_or_reductions_says_so(shell):
+    shell.cell("demo", MLP)
+    with pytest.raises(ScheduleError) as caught:
+        shell.ns["demo"].schedule("mlp", "dlight")
+    assert caught.value.function == "mlp" and "DLight has no schedule" in str(caught.value)
