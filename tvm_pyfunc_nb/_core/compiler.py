@@ -76,6 +76,15 @@ class Compiler:
         self._linked = None
         self.compiled = None
 
+    def kept(self) -> dict[str, int]:
+        """What is held on to: kernel versions, Relax VMs, `R.call_py_func` registry names."""
+        return {**self.build.kept(), "registered_pyfunc_sites": len(self.bridge.names)}
+
+    def close(self) -> None:
+        """Let go of everything compiled and of the `R.call_py_func` registry names."""
+        self.bridge.close()
+        self.clear()
+
     def clear(self) -> None:
         """Forget everything compiled (kept in memory)."""
         self.build.clear()

@@ -307,3 +307,9 @@ def _constant_names(before: relax.Function, after: relax.Function, exported) -> 
     for x, y in zip(_bindings(before), _bindings(after), strict=False):
         walk(x.value, y.value)
     return names
+
+
+def constant_names(origins) -> dict:
+    """The weights' names as the importer knew them (`fc1_weight`), by constant, of models
+    imported (`TorchOrigin`s)."""
+    return {c: n for o in origins for c, n in o.constant_names.items()}

@@ -52,7 +52,7 @@ from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable, module_text, name_constants
 from .function_tuning import KernelSchedules, schedules_dir
-from .importing import TorchOrigin, added_contribution, import_torch
+from .importing import TorchOrigin, added_contribution, constant_names, import_torch
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
 from .remote import RemoteDevice
@@ -64,18 +64,11 @@ from .upstream import UpstreamInterface
 class LiveModule(UpstreamInterface):
     """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
 
-    `%%tvmmodule NAME` cells build one and bind it to `NAME`; without IPython,
-    `LiveModule(name, **options).run_cell(body)` does what such a cell does.
-    Nothing compiles until a call needs it, and then only what changed.
-
-    Calling (torch tensors in and out, zero-copy through DLPack):
-        NAME.fn(*args)                        `fn`, whatever its kind (a PrimFunc DPS)
-        NAME.call_tir / call_py_func / call_dps_packed / add_python_function
-    Looking: `functions`, `script()`, `show()`, `as_torch`, `ir_mod`, `last_calls`,
-        `trace`, `compare`, `lowered`, `kernels`, `source`, `time`, `edit`, `edit_text`
-    Compiling: `compile()`, `recompile()`, `module`, `stats`, `schedule`, `tune`
-    A mistake raises a `TVMModuleError` that names the function and the cell
-    line; a cell or a call that fails leaves the module as it was.
+    `%%tvmmodule NAME` cells build one and bind it to `NAME` (without IPython,
+    `LiveModule(name, **options).run_cell(body)`); nothing compiles until a call
+    needs it, and then only what changed. `NAME.fn(*args)` calls `fn`, whatever
+    its kind, torch tensors in and out. A mistake raises a `TVMModuleError` that
+    names the function and the cell line, and leaves the module as it was.
     """
 
     def __init__(self, name: str, *, namespace=None, persistent_cache=None, **options):
@@ -251,7 +244,7 @@ class LiveModule(UpstreamInterface):
 
     def _constant_names(self) -> dict:
         """Weights' names as the importer knew them (`fc1_weight`), for edit and export text."""
-        return {c: n for o in self._torch_origins.values() for c, n in o.constant_names.items()}
+        return constant_names(self._torch_origins.values())
 
     # -- looking inside, leaving the notebook (each in its own module) ---------------------
     def edit_text(self, fn: str) -> str:
@@ -323,8 +316,7 @@ class LiveModule(UpstreamInterface):
         self._apply(self._assembly.propose(contribution))
         return report
 
-    def _schedules_changed(self, result):
-        """The pipeline's kernels are scheduled otherwise now: Relax functions link again."""
+    def _schedules_changed(self, result):  # the pipeline's kernels are scheduled otherwise now
         self._compiler.forget_linked()
         self._commit()
         return result
@@ -355,14 +347,12 @@ class LiveModule(UpstreamInterface):
     @property
     def kept(self) -> dict[str, int]:
         """What this module holds on to: kernel versions, Relax VMs, `R.call_py_func` names."""
-        names = len(self._compiler.bridge.names)
-        return {**self._compiler.build.kept(), "registered_pyfunc_sites": names}
+        return self._compiler.kept()
 
     def close(self) -> None:
         """Release compiled code, this module's `R.call_py_func` names and its remote session."""
-        self._compiler.bridge.close()
         self._runner.close()
-        self._compiler.clear()
+        self._compiler.close()
         self._commit()  # callables handed out earlier see the change and ask again
 
     def __del__(self):
