@@ -18,6 +18,8 @@ op by op, even after the function was edited in a cell.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -29,7 +31,7 @@ import tvm
 from tvm import relax
 from tvm.ir import GlobalVar
 
-from ..errors import CallError
+from ..errors import CallError, native_stderr_silenced
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
 from .dynamic_shapes import bounded_slices, check_known_shapes
@@ -224,7 +226,13 @@ def import_torch(
         raise CallError(f"add_torch: `{name}` is not a valid function name")
     args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
     try:
-        with torch.no_grad(), warnings.catch_warnings(), stderr_kept_if_it_works():
+        with (
+            torch.no_grad(),
+            warnings.catch_warnings(),
+            stderr_kept_if_it_works(),
+            native_stderr_silenced(),  # a failed parse's IR builder collected meanwhile says so
+            _torch_export_log_quiet(),
+        ):
             # torch 2.13's own deprecation inside torch.export: nothing a user can act on
             warnings.simplefilter("ignore", FutureWarning)
             exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
@@ -313,3 +321,17 @@ def constant_names(origins) -> dict:
     """The weights' names as the importer knew them (`fc1_weight`), by constant, of models
     imported (`TorchOrigin`s)."""
     return {c: n for o in origins for c, n in o.constant_names.items()}
+
+
+@contextlib.contextmanager
+def _torch_export_log_quiet():
+    """torch.export logs a warning of its own before it raises for a data-dependent branch
+    ("Unable to find user code..."), straight to the notebook's stderr: the error it raises
+    says it better, with the user's line."""
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
