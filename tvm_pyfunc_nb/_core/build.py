@@ -698,7 +698,7 @@ def _kernel_failure(mod: tvm.IRModule, kernel: str, failed: CompileError, target
     own = any(gv.name_hint == kernel for gv in mod.get_global_vars())
     found = None if own else kernel_binding(mod, kernel, target)
     if found is None:
-        error = CompileError(failed.detail, function=kernel)
+        error = CompileError(failed.detail, function=kernel, about=failed.about)
     else:
         error = CompileError(f"{found[1]} {failed.detail}", function=found[0])
     error.__cause__ = failed.__cause__
