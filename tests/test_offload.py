@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tvm_pyfunc_nb import TVMModuleError
+from tvm_pyfunc_nb import LiveModule, TVMModuleError
 from tvm_pyfunc_nb.testing import LocalRPC
 
 MLP = """
@@ -250,3 +250,22 @@ def test_the_default_schedules_a_convolution_too(shell):
     conv = lowered[lowered.index("def conv2d(") :]
     conv = conv[: conv.index("@T.prim_func")] if "@T.prim_func" in conv else conv
     assert "T.parallel" in conv and "T.vectorized" in conv
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [((5, 7), (7, 9)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 6, 8), (2, 8, 16))],
+    ids=["plain", "batch-in-a", "batch-in-b", "batched"],
+)
+def test_the_default_schedule_gives_pytorchs_numbers_for_every_matmul_shape(a, b):
+    live = LiveModule("shapes")
+    live.run_cell(
+        f"""
+@R.function
+def mm(x: R.Tensor({a}, "float32"), y: R.Tensor({b}, "float32")):
+    return R.matmul(x, y)
+"""
+    )
+    x, y = torch.randn(*a), torch.randn(*b)
+    assert torch.allclose(live.mm(x, y), torch.matmul(x, y), atol=1e-5)
+    live.close()

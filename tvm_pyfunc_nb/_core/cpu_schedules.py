@@ -137,6 +137,8 @@ def _matmul_axes(sch: s_tir.Schedule, block):
             return None
         rows = kinds.get(IterKind.kIter_I, [])
         others = kinds.get(IterKind.kIter_J, [])
+        if len(rows) != 1:  # a batch axis only A has (broadcast): fused rows tile wrongly
+            return None
     elif col_trait.kind == IterKind.kIter_I and len(kinds.get(IterKind.kIter_J, [])) == 1:
         rows = kinds[IterKind.kIter_J]  # a convolution: output channels as rows
         others = kinds.get(IterKind.kIter_I, [])
