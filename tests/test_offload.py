@@ -254,8 +254,14 @@ def test_the_default_schedules_a_convolution_too(shell):
 
 @pytest.mark.parametrize(
     ("a", "b"),
-    [((5, 7), (7, 9)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 6, 8), (2, 8, 16))],
-    ids=["plain", "batch-in-a", "batch-in-b", "batched"],
+    [
+        ((5, 7), (7, 9)),
+        ((2, 3, 4), (4, 5)),
+        ((2, 8, 4), (4, 5)),
+        ((3, 4), (2, 4, 5)),
+        ((2, 6, 8), (2, 8, 16)),
+    ],
+    ids=["plain", "batch-in-a", "batch-in-a-whole-tiles", "batch-in-b", "batched"],
 )
 def test_the_default_schedule_gives_pytorchs_numbers_for_every_matmul_shape(a, b):
     live = LiveModule("shapes")

@@ -137,7 +137,10 @@ def _matmul_axes(sch: s_tir.Schedule, block):
             return None
         rows = kinds.get(IterKind.kIter_I, [])
         others = kinds.get(IterKind.kIter_J, [])
-        if len(rows) != 1:  # a batch axis only A has (broadcast): fused rows tile wrongly
+        # a batch axis only A has (broadcast) is fused with the rows: a tile of rows must then
+        # never straddle two batches (it was given wrong numbers, a (2, 3, 4) @ (4, 5) here)
+        inner = next(t for loop, t in by_var.values() if loop.same_as(rows[-1])) if rows else None
+        if len(rows) > 1 and not _divides(ROWS_PER_TILE, inner.extent):
             return None
     elif col_trait.kind == IterKind.kIter_I and len(kinds.get(IterKind.kIter_J, [])) == 1:
         rows = kinds[IterKind.kIter_J]  # a convolution: output channels as rows
@@ -171,3 +174,7 @@ def _largest_divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
     """The largest divisor of `n` that is at most `at_most` and a multiple of `multiple_of` (a
     divisor of `n` itself)."""
     return max(d for d in range(multiple_of, min(n, at_most) + 1, multiple_of) if n % d == 0)
+
+
+def _divides(d: int, extent) -> bool:
+    return isinstance(extent, tirx.IntImm) and extent.value % d == 0

@@ -240,12 +240,19 @@ def _quiet(ms):
     logger = logging.getLogger(ms.__name__)
     level = logger.level
     logger.setLevel(logging.WARNING)
+    # MetaSchedule configures its loggers by their handlers' names, and fails on a handler
+    # without one (something else may have added it): those sit out the tuning run
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        logger.removeHandler(handler)
     in_notebook = tvm_ffi.get_global_func("s_tir.meta_schedule.using_ipython")
     tvm_ffi.register_global_func("s_tir.meta_schedule.using_ipython", lambda: False, override=True)
     try:
         yield
     finally:
         logger.setLevel(level)
+        for handler in unnamed:
+            logger.addHandler(handler)
         tvm_ffi.register_global_func(
             "s_tir.meta_schedule.using_ipython", in_notebook, override=True
         )
