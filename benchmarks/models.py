@@ -10,7 +10,7 @@
 
 The thread count is set on both sides before anything runs: `TVM_NUM_THREADS` in the environment
 of this process (read when TVM's thread pool starts; `run.py` sets it) and
-`torch.set_num_threads`. The modules use the default target (`llvm`, generic x86-64) and the
+`torch.set_num_threads`. The modules use the default target (`llvm`: this machine's CPU) and the
 default pipeline: what a user who changes nothing, or only `--offload`, runs. Each row is
 `NAME.time("main", *args, against=model)` (PyTorch under `torch.inference_mode()`) repeated in
 rounds that alternate the two sides; medians of all samples. Results are checked against
@@ -119,7 +119,7 @@ def per_op(live, fn: str, args) -> list[tuple[str, float]]:
     figure carries the hook's own overhead (about a microsecond)."""
     import tvm
 
-    vm = live._linked_of(live._state)[0].vm(live.device)
+    vm = live._compiler.linked_for(live._state, fn).vm(live.device)
     spent: dict[str, list[float]] = collections.defaultdict(list)
     started: dict[str, float] = {}
 

@@ -225,7 +225,7 @@ class Build:
 
     def __init__(self, options, stats: CompileStats, persistent=None, module_name: str = "NAME"):
         target, local = options.target, not options.rpc
-        self.target = _target(target)
+        self.target = _target(target, local)
         self.offload = check_offload(options.offload, self.target, remote=not local)
         self.target_name = target
         self.module_name = module_name
@@ -599,11 +599,17 @@ class Build:
         )
 
 
-def _target(target: str) -> tvm.target.Target:
+def _target(target: str, local: bool = True) -> tvm.target.Target:
     """A TVM target from its name (`llvm`, `cuda`) or its JSON form; `"mcpu": "native"` is
-    this machine's CPU, which LLVM itself does not accept."""
+    this machine's CPU, which LLVM itself does not accept.
+
+    Plain `llvm` for a module that runs here is this machine's CPU too: LLVM's own default is
+    a generic x86-64 (SSE2, no FMA), which left a default MLP at 0.05x PyTorch eager. Code
+    meant for another machine names its CPU (or `"mcpu": "generic"`) in the target."""
     try:
         config = json.loads(target) if target.lstrip().startswith("{") else target
+        if local and config == "llvm":
+            config = {"kind": "llvm", "mcpu": "native"}
         if isinstance(config, dict) and config.get("mcpu") == "native":
             config = {**config, "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
         return tvm.target.Target(config)

@@ -31,7 +31,9 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("target", "llvm", "TVM target, e.g. llvm, cuda, or its JSON form", "--target"),
+    Option(
+        "target", "llvm", "TVM target: llvm (this CPU here), cuda, or its JSON form", "--target"
+    ),
     Option("device", "cpu", "device, e.g. cpu, cpu:0, cuda:0", "--device"),
     Option(
         "pipeline",
