@@ -8,11 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from IPython.core.error import UsageError
 
-from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule
+from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, _magics
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -469,6 +471,33 @@ def test_tvmcache_shows_the_cache_and_clear_empties_it(cache_shell, tmp_path):
     assert "0 entries" in shown
     assert list((tmp_path / "cache").iterdir()) == []
     cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
+
+
+def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, monkeypatch):
+    """Entries are written in the background after the call that compiled; `%tvmcache` right
+    after it waits for them (at most `SHOW_WAIT_SECONDS`), so that its counts are settled: a
+    tutorial shows them."""
+    write = CompileCache._write
+
+    def slow_write(self, *args):
+        time.sleep(0.5)
+        write(self, *args)
+
+    monkeypatch.setattr(CompileCache, "_write", slow_write)
+    cache_shell.cell("demo", ADD_TIR)
+    cache_shell.ns["demo"].add_tir(X, Y, torch.empty(5))
+    monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 0.0)
+    shown = repr(cache_shell.run("%tvmcache"))
+    assert "  0 entries, 0 KB of 512.0 MB\n" in shown, shown
+    assert "0 stored, 0 rejected as damaged, stale or writable by others, 1 being written" in shown
+
+    monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 30.0)
+    shown = repr(cache_shell.run("%tvmcache"))
+    assert re.search(r"\n  1 entry, [1-9]\d* KB of 512\.0 MB\n", shown), shown
+    assert shown.endswith(
+        "this kernel: 0 loaded, 1 missed, 1 stored, 0 rejected as damaged, stale or writable by "
+        "others, 0 being written"
+    ), shown
 
 
 def test_a_cache_dir_others_can_change_leaves_cells_working_and_tvmcache_says_why(

@@ -9,6 +9,7 @@ cores; the one MetaSchedule run is the longest part.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import time
@@ -29,7 +30,8 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core import lowering
+from tvm_pyfunc_nb._core import build, lowering
+from tvm_pyfunc_nb.errors import native_stderr_without
 
 # -- cells -----------------------------------------------------------------------------------------
 MLP = """
@@ -540,6 +542,29 @@ def test_a_cuda_modules_relax_function_lowers_and_generates_code(shell):
     assert re.findall(r"^// kernel (\w+)$", source, re.MULTILINE) == kernels
     for kernel in kernels:
         assert re.search(rf"__global__ .*\b{kernel}_kernel\(", source), source[:2000]
+
+
+@pytest.mark.skipif(not NO_GPU, reason="a GPU is here: TVM asks it and has nothing to say")
+def test_a_cuda_module_keeps_tvms_cuda_version_warning_out_of_the_notebook(shell, capfd):
+    """Without a GPU to ask, TVM warns from C++, at every CUDA target it makes, that it cannot
+    detect the CUDA version (and takes sm_50): neither the cells nor the views of a CUDA module
+    show it, while what else TVM writes to stderr meanwhile still shows."""
+    tvm.target.Target("cuda")
+    assert build.NO_CUDA_VERSION in capfd.readouterr().err  # what TVM says by itself here
+
+    shell.cell("gpu", MLP + MM64, options=CUDA)
+    gpu = shell.ns["gpu"]
+    gpu.schedule("mm", "dlight")
+    assert "__global__" in gpu.source("mm") and "// kernel" in gpu.source("mlp")
+    assert "T.launch_thread" in gpu.lowered("mm") and gpu.kernels("mlp")
+    gpu.compile()
+    said = capfd.readouterr()
+    assert "CUDA version" not in said.err + said.out, said
+
+    with native_stderr_without(build.NO_CUDA_VERSION):
+        os.write(2, f"[00:00:00] codegen.cc:1: Warning: {build.NO_CUDA_VERSION}\n".encode())
+        os.write(2, b"something else TVM says\n")
+    assert capfd.readouterr().err == "something else TVM says\n"
 
 
 @pytest.mark.skipif(not NO_GPU, reason="a GPU is here: the calls run (see the GPU test)")

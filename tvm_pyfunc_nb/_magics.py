@@ -25,6 +25,9 @@ from ._views.render import ModuleList
 from .errors import TVMModuleError
 
 CACHE_DIR_ENV = "TVM_PYFUNC_NB_CACHE_DIR"
+# `%tvmcache` waits this long at most for the background writes of what was just compiled
+# (one kernel's export takes about as long as its compile), so that it shows them done
+SHOW_WAIT_SECONDS = 30.0
 OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 
@@ -187,6 +190,9 @@ class TVMModuleMagics(_OptionTraits):
     def tvmcache(self, line: str = ""):
         """Show the persistent compile cache (location, whether it is trusted, entries, size);
         `%tvmcache clear` empties it.
+
+        The kernels compiled last are written to the cache in the background; what is shown
+        waits for those writes (`SHOW_WAIT_SECONDS` at most), so that it counts them.
         """
         args = parse_argstring(self.tvmcache, line)
         cache = self.compile_cache()
@@ -195,6 +201,8 @@ class TVMModuleMagics(_OptionTraits):
             return None
         if args.action == "clear":
             cache.clear()
+        else:
+            cache.flush(timeout=SHOW_WAIT_SECONDS)
         return cache.summary()
 
     # -- helpers -----------------------------------------------------------------------

@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 
 MAX_DETAIL_LINES = 12
@@ -170,3 +171,29 @@ def native_stderr_silenced() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
+
+
+@contextlib.contextmanager
+def native_stderr_without(*noise: str) -> Iterator[None]:
+    """What TVM's C++ side writes to stderr (fd 2) meanwhile reaches the notebook, but for the
+    lines that contain one of `noise`.
+
+    For a warning that says nothing a user can act on, where the rest of what TVM says might:
+    making a target (`--target cuda` on a machine without a GPU) warns that it cannot detect
+    the CUDA version, while an LLVM target's warnings about its `mcpu` or `mattr` matter.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            said = captured.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in said if not any(n in line for n in noise))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()

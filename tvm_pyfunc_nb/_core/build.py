@@ -34,6 +34,7 @@ from ..errors import (
     TVMModuleError,
     last_reason,
     native_stderr_silenced,
+    native_stderr_without,
     reason_sentence,
 )
 from .compile_cache import export_library
@@ -121,7 +122,8 @@ class CompileStats:
 
     def summary(self) -> str:
         return (
-            f"{len(self.compiles)} TVM compiles ({self.seconds:.3f} s); a cache served "
+            f"{len(self.compiles)} TVM compile{'s' * (len(self.compiles) != 1)} "
+            f"({self.seconds:.3f} s); a cache served "
             f"{self.cache_hits} ({sum(self.served['memory'].values())} kept in memory, "
             f"{sum(self.served['disk'].values())} from the compile cache on disk)"
         )
@@ -599,20 +601,28 @@ class Build:
         )
 
 
+# What TVM says when it makes a CUDA target without an `arch` and finds no GPU to ask (it takes
+# sm_50). Code for a CUDA target cannot run on such a machine anyway, while its source can be
+# read there; on a machine with a GPU, TVM asks the GPU and says nothing.
+NO_CUDA_VERSION = "Unable to detect CUDA version"
+
+
 def _target(target: str, local: bool = True) -> tvm.target.Target:
     """A TVM target from its name (`llvm`, `cuda`) or its JSON form; `"mcpu": "native"` is
-    this machine's CPU, which LLVM itself does not accept.
+    this machine's CPU, which LLVM itself does not accept. TVM's warning that it cannot
+    detect the CUDA version (no GPU here) is kept out of the cell's output.
 
     Plain `llvm` for a module that runs here is this machine's CPU too: LLVM's own default is
     a generic x86-64 (SSE2, no FMA), which left a default MLP at 0.05x PyTorch eager. Code
-    meant for another machine names its CPU (or `"mcpu": "generic"`) in the target."""
+    meant for any x86-64 machine says `"mcpu": "x86-64"` in the target."""
     try:
         config = json.loads(target) if target.lstrip().startswith("{") else target
         if local and config == "llvm":
             config = {"kind": "llvm", "mcpu": "native"}
         if isinstance(config, dict) and config.get("mcpu") == "native":
             config = {**config, "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
-        return tvm.target.Target(config)
+        with native_stderr_without(NO_CUDA_VERSION):
+            return tvm.target.Target(config)
     except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
         raise TVMModuleError(f"target `{target}` is not a TVM target: {last_reason(err)}") from None
 

@@ -109,7 +109,8 @@ class CacheSummary:
         lines = [
             f"compile cache: {self.location}",
             trust,
-            f"  {self.entries} entries, {_megabytes(self.size)} of {_megabytes(self.max_size)}",
+            f"  {self.entries} {'entry' if self.entries == 1 else 'entries'}, "
+            f"{_size(self.size)} of {_size(self.max_size)}",
             f"  this kernel: {self.hits} loaded, {self.misses} missed, {self.stored} stored, "
             f"{self.rejected} rejected as damaged, stale or writable by others, "
             f"{self.pending} being written",
@@ -246,14 +247,19 @@ class CompileCache:
             warnings.warn(message, CompileCacheWarning, stacklevel=2)
 
     # -- looking and tidying -----------------------------------------------------
-    def flush(self) -> None:
-        """Wait until every export started so far is on disk."""
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every export started so far is on disk, or `timeout` seconds have passed;
+        True if none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
                 pending = list(self._pending)
             if not pending:
-                return
-            wait(pending)
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            wait(pending, timeout=left)
 
     def summary(self) -> CacheSummary:
         entries = self._entries()
@@ -665,5 +671,8 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _megabytes(size: int) -> str:
+def _size(size: int) -> str:
+    """`size` bytes in MB, or in KB below one MB (a few small kernels are not `0.0 MB`)."""
+    if size < 2**20:
+        return f"{size / 2**10:.0f} KB"
     return f"{size / 2**20:.1f} MB"

@@ -352,7 +352,7 @@ def schedule(live: LiveModule, kernel: str, how) -> Contribution:
     """PrimFunc `kernel` of `live` scheduled `how` ("dlight" or a function of a Schedule)."""
     entry = live.entry(kernel, kind=PRIMFUNC, needed_by="schedule")
     if isinstance(how, str) and how == "dlight":
-        func, what = dlight(entry.func, kernel, live._compiler.build.target), '"dlight"'
+        func, what = dlight(entry.func, kernel, live._compiler.build.target), repr("dlight")
     elif callable(how):
         func, what = by_hand(entry.func, kernel, how), getattr(how, "__name__", "a function")
     else:
