@@ -68,7 +68,14 @@ def vector_lanes(target: tvm.target.Target) -> int:
 
 
 def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
-    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped.
+    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped."""
+    sch = matmul_schedule_of(func, lanes)
+    return None if sch is None else sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def matmul_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
+    """The schedule (its trace replays it) of `func`, a PrimFunc or a module of one named
+    `main`, as a CPU matmul; None if it is not matmul-shaped.
 
     A convolution (NCHW) is one too, read the other way round: its rows are the output
     channels, its columns the output's last axis (a row of pixels), its depth the input
@@ -102,7 +109,7 @@ def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
     _vectorize_innermost(sch, tile, vector)
     init = sch.decompose_reduction(block, depth[0])
     _vectorize_innermost(sch, init, vector)
-    return sch.mod["main"].with_attr(SCHEDULED, True)
+    return sch
 
 
 def _matmul_axes(sch: s_tir.Schedule, block):

@@ -41,6 +41,7 @@ from tvm import relax
 from ..errors import CallError, CompileError, ScheduleError, last_reason
 from . import front_end
 from .cells import RELAX
+from .cpu_schedules import matmul_schedule_of, vector_lanes
 from .front_end import Progress
 from .scheduling import (
     _import_tensor_intrinsics,
@@ -305,15 +306,18 @@ def tune_function(
         raise ScheduleError("its kernels have nothing MetaSchedule can tune", function=fn)
     target = _tuning_target(schedules.target)
     database = schedules.database(create=True)
-    kept = sum(_kept_trials(database, task.workload) for task in tasks)
+    defaults = [default_schedule(task.workload, target) for task in tasks]
+    kept = sum(
+        _kept_trials(database, task.workload, d) for task, d in zip(tasks, defaults, strict=True)
+    )
     todo = max(0, trials - kept)
     reporter = _KernelProgress(tasks, progress(todo) if todo else Progress(), todo)
     try:
         reporter.note("timing each kernel's default schedule")
-        before = [_time_of(task.workload, target) for task in tasks]
+        before = [_time_of(sch.mod, target) for sch in defaults]
         reporter.before = before
-        for task, seconds in zip(tasks, before, strict=True):
-            _keep_default(database, task.workload, target, seconds)
+        for task, sch, seconds in zip(tasks, defaults, before, strict=True):
+            _keep_default(database, task.workload, sch, target, seconds)
         if todo:
             reporter.note("starting MetaSchedule (its first use in a process takes a while)")
             _tune_tasks(tasks, database, target, todo, schedules.directory, reporter)
@@ -322,12 +326,11 @@ def tune_function(
     finally:
         reporter.close()
     rows = []
-    for task, seconds in zip(tasks, before, strict=True):
+    for task, default, seconds in zip(tasks, defaults, before, strict=True):
         sch = database.query_schedule(task.workload, target, WORKLOAD)
         after = _time_of(sch.mod, target) if sch is not None else None
-        rows.append(
-            KernelRow(task.name, task.calls, _kept_trials(database, task.workload), seconds, after)
-        )
+        kept_trials = _kept_trials(database, task.workload, default)
+        rows.append(KernelRow(task.name, task.calls, kept_trials, seconds, after))
     kept_now = sum(row.trials for row in rows)
     return FunctionTuningReport(
         fn,
@@ -384,17 +387,28 @@ def _search():
     return EvolutionarySearch(population_size=64, init_min_unmeasured=16, genetic_num_iters=2)
 
 
-def _kept_trials(database, mod: tvm.IRModule) -> int:
+def _kept_trials(database, mod: tvm.IRModule, default) -> int:
     """The trials in `database` for kernel `mod` (its default schedule is not a trial)."""
     if not database.has_workload(mod):
         return 0
     records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-    return sum(1 for record in records if len(record.trace.insts))
+    return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != str(default.trace))
 
 
-def _keep_default(database, mod: tvm.IRModule, target, seconds: float | None) -> None:
-    """Record the kernel's default schedule (an empty trace) with its time, so that the best
-    record is never a tuned schedule slower than no schedule at all."""
+def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
+    """Kernel `mod` as a module compiles it untuned: a matmul or convolution with the CPU
+    schedule written once for them (cpu_schedules.py), anything else as the pipeline made it
+    (an empty trace)."""
+    if target.kind.name == "llvm":
+        sch = matmul_schedule_of(mod, vector_lanes(target))
+        if sch is not None:
+            return sch
+    return tvm.s_tir.Schedule(mod)
+
+
+def _keep_default(database, mod: tvm.IRModule, sch, target, seconds: float | None) -> None:
+    """Record the kernel's default schedule `sch` with its time, so that the best record is
+    never a tuned schedule slower than what the module ran before it was tuned."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.meta_schedule.database import TuningRecord
 
@@ -402,10 +416,10 @@ def _keep_default(database, mod: tvm.IRModule, target, seconds: float | None) ->
         return
     if database.has_workload(mod):
         records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-        if any(not len(record.trace.insts) for record in records):
+        if any(str(record.trace) == str(sch.trace) for record in records):
             return
     record = TuningRecord(
-        tvm.s_tir.Schedule(mod).trace,
+        sch.trace,
         database.commit_workload(mod),
         run_secs=[seconds],
         target=target,
