@@ -13,6 +13,7 @@ import time
 
 import pytest
 import torch
+from cells import MLP
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
@@ -23,22 +24,6 @@ def rmm(
     x: R.Tensor((SIZE, SIZE), "float32"), y: R.Tensor((SIZE, SIZE), "float32")
 ) -> R.Tensor((SIZE, SIZE), "float32"):
     return R.matmul(x, y)
-"""
-
-MLP = """
-@R.function
-def mlp(
-    x: R.Tensor((4, 16), "float32"),
-    w1: R.Tensor((16, 32), "float32"),
-    b1: R.Tensor((32,), "float32"),
-    w2: R.Tensor((32, 8), "float32"),
-    b2: R.Tensor((8,), "float32"),
-) -> R.Tensor((4, 8), "float32"):
-    with R.dataflow():
-        h = R.nn.relu(R.add(R.matmul(x, w1), b1))
-        y = R.nn.relu(R.add(R.matmul(h, w2), b2))
-        R.output(y)
-    return y
 """
 
 CUDA_ZERO = "--target cuda --device cuda --pipeline zero"
