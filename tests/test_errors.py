@@ -932,6 +932,20 @@ def test_a_failed_parse_keeps_no_ir_builder(seed, body):
     seed.assert_intact()
 
 
+def test_a_failed_parse_while_an_error_is_handled_leaves_that_errors_frames_alone(seed):
+    def fails():
+        kept = "for post-mortem"  # noqa: F841 (a local of the handled error's frame)
+        raise ValueError("the caller's own")
+
+    try:
+        fails()
+    except ValueError as handled:
+        with pytest.raises(TVMScriptError):
+            seed.live.run_cell(ADD_TIR.replace("range", "rang"), key="while-handling")
+        assert handled.__traceback__.tb_next.tb_frame.f_locals["kept"] == "for post-mortem"
+    seed.assert_intact()
+
+
 @pytest.mark.parametrize("how", ["demo.boom(X)", "demo.call_py_func('boom', [X])", "demo.f(X)"])
 def test_pyfunc_traceback_shows_the_cell_line(seed, how):
     """However a pyfunc was called, the chained traceback has its frame at the cell line, with the

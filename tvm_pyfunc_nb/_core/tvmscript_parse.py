@@ -12,6 +12,7 @@ notebook's; the stub assignments come after the last cell line.
 from __future__ import annotations
 
 import re
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 
@@ -73,10 +74,11 @@ def parse_fragment(
             lines += ["\n"] * (func.first_line - 1 - len(lines))
             lines += reindent(func.source, 4).splitlines(keepends=True)
         lines += [f"    {name} = {_STUBS}[{name!r}]\n" for name in stubs]
+        handled = sys.exc_info()[1]  # an error the caller is handling is not the parse's
         try:
             return parse("".join(lines), extra, check_well_formed=False)
         except Exception as err:
-            _drop_builders(err)
+            _drop_builders(err, handled)
             raise
 
     try:
@@ -106,12 +108,12 @@ def _script_error(
     return TVMScriptError(shorten(message), function=owner, line=line)
 
 
-def _drop_builders(err: BaseException) -> None:
+def _drop_builders(err: BaseException, handled: BaseException | None) -> None:
     """A failed parse leaves its IR builders in the frames of its traceback, which warn on stderr
     when they go: clear those frames now, quietly, so the builders go at once rather than at a
     later garbage collection, in whichever cell runs then. (Not `gc.collect()`: a full collection
     took 0.15 s to 1 s a failed parse in a process with torch, TVM and a test suite loaded.)"""
-    seen: set[int] = set()
+    seen = {id(handled)}  # the chain ends where the parse began
     chain = [err]
     with native_stderr_silenced():
         while chain:
