@@ -41,10 +41,11 @@ lint: install
 
 ## Every test: lint, unit and IPython-shell, kernel, notebooks (nbval), Binder check, browser.
 ## One worker per core; a test file or a notebook stays on one worker (its cells share a kernel,
-## its module fixtures are made once), and the 15 slowest tests are listed at the end.
+## its module fixtures are made once), the longest first (tests/conftest.py orders them, and
+## --no-loadscope-reorder keeps that order), and the 15 slowest tests are listed at the end.
 test: lint browser-deps
-	$(BIN)/python -m pytest -n auto --dist loadscope --durations=15 tests notebooks \
-	  --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+	$(BIN)/python -m pytest -n auto --dist loadscope --no-loadscope-reorder --durations=15 \
+	  tests notebooks --nbval --nbval-current-env --nbval-sanitize-with notebooks/nbval_sanitize.cfg
 
 bench: install
 	$(BIN)/python benchmarks/run.py

@@ -8,26 +8,24 @@ goes through, every chain that enters a module it is already in, and the same fo
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
+from cells import ADD_TIR
 
 from tvm_pyfunc_nb import LiveModule
 
-CELL = """
-@T.prim_func
-def add_tir(a: T.handle, b: T.handle, c: T.handle):
-    n = T.int64()
-    A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "float32")
-    C = T.match_buffer(c, (n,), "float32")
-    for i in range(n):
-        C[i] = A[i] + B[i]
-
+CELL = (
+    ADD_TIR
+    + """
 @R.function
 def main(x: R.Tensor((5,), "float32"), y: R.Tensor((5,), "float32")) -> R.Tensor((5,), "float32"):
     cls = demo
     return R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((5,), "float32"))
 """
+)
 PACKAGE = "tvm_pyfunc_nb."
 ACCESSORS = {"kind", "name", "line"}  # a function entry's properties: data, not a step
 

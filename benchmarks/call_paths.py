@@ -9,26 +9,21 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
 import tvm
 import tvm_ffi
+from cells import ADD_TIR
 from harness import module_cell, notebook_shell, per_call
 from tvm.relax.base_py_module import BasePyModule
 
 from tvm_pyfunc_nb._core import py_registry
 from tvm_pyfunc_nb.testing import NotebookShell
 
-FUNCTIONS = textwrap.dedent("""
-    @T.prim_func
-    def add_tir(a: T.handle, b: T.handle, c: T.handle):
-        n = T.int64()
-        A = T.match_buffer(a, (n,), "float32")
-        B = T.match_buffer(b, (n,), "float32")
-        C = T.match_buffer(c, (n,), "float32")
-        for i in range(n):
-            C[i] = A[i] + B[i]
-
+FUNCTIONS = ADD_TIR + textwrap.dedent("""
     @I.pyfunc
     def py_tir(self, x, y):
         return self.call_tir(self.add_tir, [x, y], out_ty=R.Tensor((x.shape[0],), "float32"))

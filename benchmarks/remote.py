@@ -11,28 +11,17 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
+from cells import ADD_TIR, MAIN_RELAX
 from harness import module_cell, notebook_shell, per_call
 
 from tvm_pyfunc_nb.testing import LocalRPC
 
-FUNCTIONS = """
-@T.prim_func
-def add_tir(a: T.handle, b: T.handle, c: T.handle):
-    n = T.int64()
-    A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "float32")
-    C = T.match_buffer(c, (n,), "float32")
-    for i in range(n):
-        C[i] = A[i] + B[i]
-
-@R.function
-def main_relax(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
-    return R.add(x, y)
-"""
+FUNCTIONS = ADD_TIR + MAIN_RELAX  # the quickstart's kernel and a Relax add
 
 
 def measure(number: int, rounds: int, time_number: int) -> dict:

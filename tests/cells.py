@@ -44,3 +44,20 @@ def pipeline(
     w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
     return w
 """
+
+# Two dense layers with relu, the Relax function the pipeline, schedule and offload tests compile
+MLP = """
+@R.function
+def mlp(
+    x: R.Tensor((4, 16), "float32"),
+    w1: R.Tensor((16, 32), "float32"),
+    b1: R.Tensor((32,), "float32"),
+    w2: R.Tensor((32, 8), "float32"),
+    b2: R.Tensor((8,), "float32"),
+) -> R.Tensor((4, 8), "float32"):
+    with R.dataflow():
+        h = R.nn.relu(R.add(R.matmul(x, w1), b1))
+        y = R.nn.relu(R.add(R.matmul(h, w2), b2))
+        R.output(y)
+    return y
+"""

@@ -19,6 +19,40 @@ def pytest_configure(config):
     os.environ["TVM_PYFUNC_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="tvm-pyfunc-nb-cache-")
 
 
+# How long each of the longest scopes took (seconds, in a `make test` run on two busy cores).
+# Under `--dist loadscope` a worker runs a whole scope (a file, a class, a notebook) and takes the
+# next in collection order when it is nearly done (the Makefile keeps xdist from reordering the
+# scopes by their number of tests, which put long scopes of few tests last): the longest go first,
+# so that the short ones fill in at the end and no worker idles while the other finishes a long
+# one. A new slow file belongs here.
+SECONDS = {
+    "tests/test_remote.py": 118,
+    "tests/test_binder.py": 102,
+    "tests/test_real_models.py::TestHalfTheZoo": 70,
+    "tests/test_real_models.py::TestTheOtherHalf": 57,
+    "notebooks/08_make_it_fast.ipynb": 50,
+    "tests/test_long_session.py": 50,
+    "tests/test_offload.py": 49,
+    "tests/test_compile_cache.py": 44,
+    "tests/test_first_hour.py": 42,
+    "tests/test_making_fast.py": 37,
+    "tests/browser/test_jupyterlab.py": 35,
+    "notebooks/09_another_machine.ipynb": 34,
+    "tests/browser/test_notebook7.py": 32,
+    "tests/test_model_errors_and_compare.py": 31,
+    "tests/test_kernel.py": 27,
+    "tests/test_live_module.py": 26,
+    "tests/test_fuzz.py": 25,
+    "tests/test_bringing_in.py": 25,
+    "tests/test_tune_relax.py": 25,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest scopes first (a stable sort: the rest keep their order)."""
+    items.sort(key=lambda item: -SECONDS.get(item.nodeid.rsplit("::", 1)[0], 0))
+
+
 def pytest_unconfigure(config):
     shutil.rmtree(os.environ.pop("TVM_PYFUNC_NB_CACHE_DIR", ""), ignore_errors=True)
 

@@ -6,6 +6,8 @@ magics as a user does, and these check each part's own promise directly.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 import tvm
@@ -13,7 +15,7 @@ import tvm
 from tvm_pyfunc_nb import CompileError, IllFormedModuleError
 from tvm_pyfunc_nb._core.assembly import Assembly
 from tvm_pyfunc_nb._core.build import Build, CompileStats
-from tvm_pyfunc_nb._core.call_table import CallTable
+from tvm_pyfunc_nb._core.call_table import CallRecord, CallTable, call_record
 from tvm_pyfunc_nb._core.cells import split_cell
 from tvm_pyfunc_nb._core.compiler import Compiler
 from tvm_pyfunc_nb._core.contributions import from_cell, owners
@@ -145,6 +147,15 @@ def test_an_eager_check_that_fails_leaves_the_compiled_version_alone(parts):
     assert not compiler.is_stale(good)
 
 
+def test_a_call_record_is_made_with_the_fields_and_defaults_of_callrecord():
+    params = inspect.signature(call_record).parameters
+    assert tuple(params) == CallRecord._fields
+    assert {k: p.default for k, p in params.items() if p.default is not p.empty} == (
+        CallRecord._field_defaults
+    )
+    assert CallRecord._make(call_record(*CallRecord._fields)) == CallRecord(*CallRecord._fields)
+
+
 def test_the_call_table_resolves_once_and_lets_go_on_a_change():
     published, resolved = {}, []
 
@@ -160,8 +171,7 @@ def test_the_call_table_resolves_once_and_lets_go_on_a_change():
     table.handle("reserved")
     assert "reserved" not in published  # the owner's own name is never shadowed
     version = table.version
-    table.records["f"] = ((), None, 0.0, 0.0, (), None, 0.0)
-    table.records["g"] = ((), None, 0.0, 0.0, (), None, 0.0)
+    table.records["f"] = table.records["g"] = call_record((), None, 0.0, 0.0)
     table.changed(redefined=("f",), remaining={"f": None})
     assert table.version == version + 1 and not published and not table.handles
     assert "f" not in table.records and "g" not in table.records  # redefined, gone

@@ -9,6 +9,7 @@ error must point at.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ import tvm_ffi
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from conftest import Shell
 from tvm.script import relax as R
+from tvm.script.ir_builder.base import IRBuilder, IRBuilderFrame
 
 from tvm_pyfunc_nb import (
     CallError,
@@ -908,6 +910,39 @@ def test_an_error_about_another_cell_says_which_cell(seed):
     assert err.line is None  # pipeline's line is not a line of this cell
     # the line of its `R.call_py_func("scale", ...)` in the seed cell, not its decorator's
     assert "`pipeline` is defined in cell" in str(err) and "line 10)" in str(err)
+    seed.assert_intact()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        MAIN_RELAX.replace('"float32"', '"floaty"', 1),  # a Relax function's parse fails
+        ADD_TIR.replace("range", "rang"),  # a PrimFunc's parse fails inside its frame
+    ],
+    ids=["relax", "tir"],
+)
+def test_a_failed_parse_keeps_no_ir_builder(seed, body):
+    """The builders of a failed parse warn on stderr when they go, so they go with the error: not
+    when the shell lets go of its last traceback, nor at a garbage collection in a later cell."""
+    gc.collect()
+    seed.shell.cell("demo", body, cell_id="builders", expect_error=TVMScriptError)
+    builders = (IRBuilder, IRBuilderFrame)
+    kept = [type(o).__name__ for o in gc.get_objects() if issubclass(type(o), builders)]
+    assert kept == []
+    seed.assert_intact()
+
+
+def test_a_failed_parse_while_an_error_is_handled_leaves_that_errors_frames_alone(seed):
+    def fails():
+        kept = "for post-mortem"  # noqa: F841 (a local of the handled error's frame)
+        raise ValueError("the caller's own")
+
+    try:
+        fails()
+    except ValueError as handled:
+        with pytest.raises(TVMScriptError):
+            seed.live.run_cell(ADD_TIR.replace("range", "rang"), key="while-handling")
+        assert handled.__traceback__.tb_next.tb_frame.f_locals["kept"] == "for post-mortem"
     seed.assert_intact()
 
 

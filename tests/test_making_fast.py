@@ -19,7 +19,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from cells import ADD_TIR, SCALE_PYFUNC
+from cells import ADD_TIR, MLP, SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import (
@@ -34,22 +34,6 @@ from tvm_pyfunc_nb._core import build, lowering
 from tvm_pyfunc_nb.errors import native_stderr_without
 
 # -- cells -----------------------------------------------------------------------------------------
-MLP = """
-@R.function
-def mlp(
-    x: R.Tensor((4, 16), "float32"),
-    w1: R.Tensor((16, 32), "float32"),
-    b1: R.Tensor((32,), "float32"),
-    w2: R.Tensor((32, 8), "float32"),
-    b2: R.Tensor((8,), "float32"),
-) -> R.Tensor((4, 8), "float32"):
-    with R.dataflow():
-        h = R.nn.relu(R.add(R.matmul(x, w1), b1))
-        y = R.nn.relu(R.add(R.matmul(h, w2), b2))
-        R.output(y)
-    return y
-"""
-
 MATMUL = """
 @T.prim_func(s_tir=True)
 def mm(a: T.handle, b: T.handle, c: T.handle):

@@ -13,6 +13,7 @@ import inspect
 import subprocess
 import sys
 
+import cells
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,21 +22,10 @@ from torch import nn
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
 from tvm_pyfunc_nb.testing import LocalRPC
 
-MLP = """
-@R.function
-def mlp(
-    x: R.Tensor((4, 16), "float32"),
-    w1: R.Tensor((16, 32), "float32"),
-    b1: R.Tensor((32,), "float32"),
-    w2: R.Tensor((32, 8), "float32"),
-    b2: R.Tensor((8,), "float32"),
-) -> R.Tensor((4, 8), "float32"):
-    with R.dataflow():
-        h = R.nn.relu(R.add(R.matmul(x, w1), b1))
-        y = R.add(R.matmul(h, w2), b2)
-        R.output(y)
-    return y
-"""
+# The shared MLP, its last layer without relu: the output is a linear layer's (one addmm)
+MLP = cells.MLP.replace(
+    "y = R.nn.relu(R.add(R.matmul(h, w2), b2))", "y = R.add(R.matmul(h, w2), b2)"
+)
 
 ATTENTION = """
 @R.function

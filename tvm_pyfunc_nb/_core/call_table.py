@@ -9,7 +9,8 @@ any handle still held (by a user, or by a traceback) re-resolves at its next
 call instead of running old code.
 
 A call is recorded for the panes at the least cost: a plain tuple of
-references (no copies) and the time it took, read from `perf_counter` alone.
+references (no copies) and the time it took, read from `perf_counter` alone,
+made by `call_record`, the one constructor every path uses.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ _CLOCK_OFFSET = time.time() - time.perf_counter()
 class CallRecord(NamedTuple):
     """The latest call of one function, for the results pane: references, not copies.
 
-    The fast paths store it as a plain tuple of these fields (a tuple is the cheapest thing
-    a call can leave behind); `RecordView` gives the fields their names.
+    The fast paths store it as a plain tuple of these fields, made by `call_record` (a tuple
+    is the cheapest thing a call can leave behind); `RecordView` gives the fields their names.
     """
 
     args: tuple
@@ -41,6 +42,19 @@ class CallRecord(NamedTuple):
     def when(self) -> float:
         """The wall-clock time (`time.time()`) at which the call returned."""
         return self.end + _CLOCK_OFFSET
+
+
+def call_record(
+    args: tuple,
+    result: Any,
+    seconds: float,
+    end: float,
+    compiled: tuple = (),
+    error: BaseException | None = None,
+    compile_seconds: float = 0.0,
+) -> tuple:
+    """The fields of a `CallRecord`, in its order, as the plain tuple the table keeps."""
+    return (args, result, seconds, end, compiled, error, compile_seconds)
 
 
 class RecordView(Mapping[str, CallRecord]):
@@ -113,12 +127,6 @@ class CallTable:
     ) -> None:
         end = time.perf_counter()
         compiling = self.stats.seconds - compile_mark
-        self.records[name] = (
-            args,
-            result,
-            end - start - compiling,
-            end,
-            compiled,
-            error,
-            compiling,
+        self.records[name] = call_record(
+            args, result, end - start - compiling, end, compiled, error, compiling
         )

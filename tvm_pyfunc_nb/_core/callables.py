@@ -34,7 +34,7 @@ from .call_errors import (
     raised_in_pyfunc,
     refused,
 )
-from .call_table import CallTable
+from .call_table import CallTable, call_record
 from .cells import PRIMFUNC
 from .contributions import FunctionEntry
 from .py_registry import was_cleared
@@ -63,7 +63,7 @@ def pyfunc_callable(table: CallTable, entry: FunctionEntry, live: object) -> Cal
             raise error from error.__cause__
         end = perf_counter()
         compiling = stats.seconds - mark
-        records[name] = (args, out, end - start - compiling, end, (), None, compiling)
+        records[name] = call_record(args, out, end - start - compiling, end, (), None, compiling)
         return out
 
     _describe(call, entry)
@@ -133,7 +133,7 @@ def compiled_callable(
             # a pyfunc's error keeps its own traceback
             raise error from error.__cause__
         end = perf_counter()
-        records[name] = (args, out, end - start, end, compiled, None, 0.0)
+        records[name] = call_record(args, out, end - start, end, compiled)
         compiled = ()
         return out
 
@@ -167,7 +167,7 @@ def remote_callable(
             table.record(name, args, None, start, stats.seconds, (), error)
             raise error from error.__cause__
         end = perf_counter()
-        records[name] = (args, out, end - start, end, compiled, None, 0.0)
+        records[name] = call_record(args, out, end - start, end, compiled)
         compiled = ()
         return out
 

@@ -214,11 +214,13 @@ def _import_tensor_intrinsics() -> None:
     """Import TVM's tensor intrinsics, as MetaSchedule's first tuning task does, in seconds
     rather than minutes.
 
-    Each of their ~300 PrimFuncs is parsed under `@T.prim_func`, which calls `inspect.stack()`.
-    For every frame whose file does not exist (`<frozen importlib._bootstrap>`, `<ast>`) that
-    scans all loaded modules for one with that file, thousands once torch is loaded: 5 minutes
-    on a busy 2-core machine, 50 s with the answers in `inspect`'s own file-to-module cache
-    (the import machinery's frozen modules for their names; no module for `<ast>`)."""
+    Each of their ~500 PrimFuncs is parsed under `@T.prim_func`, which calls `inspect.stack()`.
+    For every frame whose file no module has (`<frozen importlib._bootstrap>`, `<ast>`, and the
+    caller's own: a notebook cell, code that xdist or execnet runs from a string) that scans all
+    loaded modules for one with that file, thousands once torch is loaded: 5 minutes on a busy
+    2-core machine, 50 s with the import machinery's answers in `inspect`'s own file-to-module
+    cache, 18 s in a pytest-xdist worker, 5 s with the caller's answers there too (no module:
+    a name that is not in sys.modules, as a scan finds none)."""
     import inspect
     import sys
 
@@ -227,7 +229,19 @@ def _import_tensor_intrinsics() -> None:
     for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
         inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
     inspect.modulesbyfile.setdefault("<ast>", "")  # sys.modules has no "": no module, as a scan
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    callers = set()  # the stack's files of no module, answered only while the import runs
+    frame = sys._getframe()
+    while frame is not None:
+        file = frame.f_code.co_filename
+        if file not in inspect.modulesbyfile and inspect.getmodule(frame, file) is None:
+            callers.add(file)
+        frame = frame.f_back
+    inspect.modulesbyfile.update(dict.fromkeys(callers, ""))
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        for file in callers:
+            inspect.modulesbyfile.pop(file, None)
 
 
 @contextlib.contextmanager
