@@ -26,13 +26,13 @@ def pytest_configure(config):
 # so that the short ones fill in at the end and no worker idles while the other finishes a long
 # one. A new slow file belongs here.
 SECONDS = {
-    "tests/test_remote.py": 118,
+    "tests/test_remote.py": 110,
     "tests/test_binder.py": 102,
     "tests/test_real_models.py::TestHalfTheZoo": 70,
     "tests/test_real_models.py::TestTheOtherHalf": 57,
     "notebooks/08_make_it_fast.ipynb": 50,
     "tests/test_long_session.py": 50,
-    "tests/test_offload.py": 49,
+    "tests/test_offload.py": 33,
     "tests/test_compile_cache.py": 44,
     "tests/test_first_hour.py": 42,
     "tests/test_making_fast.py": 37,
@@ -42,7 +42,7 @@ SECONDS = {
     "tests/test_model_errors_and_compare.py": 31,
     "tests/test_kernel.py": 27,
     "tests/test_live_module.py": 26,
-    "tests/test_fuzz.py": 25,
+    "tests/test_fuzz.py": 16,
     "tests/test_bringing_in.py": 25,
     "tests/test_tune_relax.py": 25,
 }

@@ -2,9 +2,9 @@
 
 Offload: the heavy ops run as PyTorch calls and give PyTorch's numbers, `kernels` and `lowered`
 say so, the module as written (`script`, `edit`) does not change, `trace` and `compare` still go
-op by op, and a module that runs elsewhere (`--rpc`) refuses it. The default schedule: a matmul a
-pipeline makes is no longer three loops, and its numbers stay right. Real shells, real compiles,
-no timings.
+op by op (a module that runs elsewhere, `--rpc`, refuses it: test_remote.py). The default
+schedule: a matmul a pipeline makes is no longer three loops, and its numbers stay right. Real
+shells, real compiles, no timings.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
-from tvm_pyfunc_nb.testing import LocalRPC
 
 # The shared MLP, its last layer without relu: the output is a linear layer's (one addmm)
 MLP = cells.MLP.replace(
@@ -166,19 +165,6 @@ def test_offload_from_config_and_its_mistakes(shell):
         shell.run("%config TVMModuleMagics.offload = 'none'")
     err = shell.cell("typo", MLP, options="--offload pytorch", expect_error=TVMModuleError)
     assert "--offload must be one of none, torch" in str(err)
-
-
-@pytest.mark.slow
-def test_offload_is_refused_with_rpc(shell):
-    with LocalRPC() as server:
-        err = shell.cell(
-            "far",
-            MLP,
-            options=f"--rpc {server.address} --offload torch",
-            expect_error=TVMModuleError,
-        )
-    assert "--offload torch" in str(err) and "--rpc" in str(err)
-    assert "far" not in shell.ns
 
 
 def test_the_default_schedules_a_matmul_the_pipeline_makes(shell):
