@@ -1,5 +1,5 @@
-"""A CPU schedule for matmuls and convolutions, written once and applied to the kernels a
-pipeline makes.
+"""A CPU schedule for matmuls and convolutions, and one for element-wise kernels, written once
+and applied to the kernels a pipeline makes.
 
 No Relax pipeline of TVM 0.27 schedules a matmul or a convolution on a CPU
 (DLight's CPU rules cover GEMV and reductions), so a legalized `R.matmul` runs
@@ -11,8 +11,10 @@ in registers, the tiles spread over the cores, `B` read a row of vectors at a
 time and kept in cache across the rows of a column of tiles, the bias,
 activation or other element-wise ops fused after it applied to each tile as it
 is written. An NCHW `R.nn.conv2d` gets the same, its output channels as rows and
-a row of output pixels as columns. Only kernels the pipeline made are touched: a
-PrimFunc written in a cell keeps the loops its author wrote.
+a row of output pixels as columns. A kernel of element-wise ops (a batch norm with running
+statistics fused with its add and ReLU: five full-size intermediates written and read back, one
+element at a time) becomes one loop nest in vectors over the cores. Only kernels the pipeline
+made are touched: a PrimFunc written in a cell keeps the loops its author wrote.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.
         if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
             continue
         scheduled = matmul_schedule(func, lanes)
+        if scheduled is None:
+            scheduled = elementwise_schedule(func, lanes)
         if scheduled is not None:
             updates[gv] = scheduled
     if not updates:
@@ -185,3 +189,58 @@ def _largest_divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
 
 def _divides(d: int, extent) -> bool:
     return isinstance(extent, tirx.IntImm) and extent.value % d == 0
+
+
+PARALLEL_FROM = 1 << 14  # elements: below, starting the thread pool costs more than it saves
+
+
+def elementwise_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
+    """`func` scheduled as an element-wise CPU kernel, or None (see `elementwise_schedule_of`)."""
+    sch = elementwise_schedule_of(func, lanes)
+    return None if sch is None else sch.mod["main"].with_attr(SCHEDULED, True)
+
+
+def elementwise_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
+    """The schedule of `func` (a PrimFunc or a module of one named `main`), a kernel of
+    element-wise blocks (no reduction: a fused bias, normalization
+    with running statistics, activation, add), as one loop nest: every full-size intermediate
+    computed where it is used instead of written out and read back, the innermost axis in
+    vectors, the outer axes spread over the cores. None if it has a reduction or nothing to
+    gain (a single small loop)."""
+    sch = s_tir.Schedule(func)
+    blocks = sch.get_child_blocks(get_root_block(sch))
+    if not blocks or any(_reduces(sch, b) for b in blocks):
+        return None
+    size = _elements(sch.get(blocks[-1]).writes[0].source)
+    if size is None or size < 2 * lanes:
+        return None
+    for block in reversed(blocks[:-1]):  # the per-channel ones stay: small, computed once
+        if _elements(sch.get(block).writes[0].source) == size:
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:  # not inlinable (read twice at other places): it stays
+                continue
+    last = sch.get_child_blocks(get_root_block(sch))[-1]
+    loops = sch.get_loops(last)
+    extent = sch.get(loops[-1]).extent
+    if not isinstance(extent, tirx.IntImm):
+        return None
+    vector = _largest_divisor(extent.value, lanes)
+    if vector > 1:
+        sch.vectorize(sch.split(loops[-1], [None, vector])[1])
+    if len(loops) > 1 and size >= PARALLEL_FROM:
+        sch.parallel(sch.fuse(*loops[:-1]))
+    return sch
+
+
+def _reduces(sch: s_tir.Schedule, block) -> bool:
+    return any(v.iter_type != tirx.IterVar.DataPar for v in sch.get(block).iter_vars)
+
+
+def _elements(buffer) -> int | None:
+    count = 1
+    for extent in buffer.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        count *= extent.value
+    return count
