@@ -16,7 +16,7 @@ import inspect
 import json
 import re
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -37,22 +37,16 @@ from ..errors import (
     native_stderr_without,
     reason_sentence,
 )
-from .compile_cache import export_library
 from .cpu_schedules import schedule_matmuls
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
-from .offload import NONE, TORCH, check_offload, offload_to_torch
+from .kept_builds import KeptBuilds
+from .offload import TORCH, check_offload, offload_to_torch
 from .tables import text_table
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
 _NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")
 
-MAX_KEPT_LIBRARIES = 256
-# Versions kept of one function: an edit loop keeps the last few, not all it went through (~1 MB
-# each).
-MAX_KEPT_VERSIONS = 4
-# Relax VMs kept: the current one and a few earlier versions, so that a revert rebuilds nothing.
-MAX_KEPT_VMS = 4
 AUTO_PIPELINE = "auto"
 COMPLETE_PIPELINES = frozenset({"default", "default_build"})  # the others are followed by "default"
 TARGET_PIPELINE = "target"
@@ -248,23 +242,7 @@ class Build:
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         # schedules for the pipeline's kernels (tuned, DLight), applied to its output
         self.after_pipeline: Callable[[tvm.IRModule], tvm.IRModule] | None = None
-        self._libs: OrderedDict[int, list[tuple[tvm.tirx.PrimFunc, _Built]]] = OrderedDict()
-        # name -> keys of its kept libraries, oldest first
-        self._versions: dict[str, list[int]] = {}
-        self._vms: OrderedDict[int, list[Linked]] = OrderedDict()
-
-    def kept(self) -> dict[str, int]:
-        """How many compiled kernel libraries and Relax VMs are kept in memory."""
-        return {
-            "kernels": sum(len(v) for v in self._libs.values()),
-            "vms": sum(len(v) for v in self._vms.values()),
-        }
-
-    def clear(self) -> None:
-        """Forget every compiled library and VM kept in memory."""
-        self._libs.clear()
-        self._versions.clear()
-        self._vms.clear()
+        self.kept = KeptBuilds()  # what it built, in memory
 
     # -- PrimFuncs -----------------------------------------------------------------
     def kernels(
@@ -314,15 +292,10 @@ class Build:
         return found
 
     def _kept(self, name: str, func, *, counted: bool) -> _Built | None:
-        key = tvm_ffi.structural_hash(func)
-        for known, built in self._libs.get(key, ()):
-            if tvm_ffi.structural_equal(known, func):
-                self._libs.move_to_end(key)
-                self._note_version(name, key)
-                if counted and not isinstance(built.lib, CompileError):
-                    self.stats.served_by("memory", name)
-                return built
-        return None
+        built = self.kept.kernel(name, func)
+        if built is not None and counted and not isinstance(built.lib, CompileError):
+            self.stats.served_by("memory", name)
+        return built
 
     def _from_disk(self, name: str, func) -> _Built | None:
         loaded = self.persistent.load(name, func, self.key)
@@ -330,13 +303,13 @@ class Build:
             return None
         self.stats.served_by("disk", name)
         built = _Built(*loaded)
-        self._remember(name, tvm_ffi.structural_hash(func), func, built)
+        self.kept.keep_kernel(name, func, built)
         return built
 
     def _build_one(self, name: str, func) -> _Built:
         with self._compiling("tir", (name,)):
             built = _Built(self._build_kernel(name, func), frozenset({name}))
-        self._remember(name, tvm_ffi.structural_hash(func), func, built)
+        self.kept.keep_kernel(name, func, built)
         if self.persistent and not isinstance(built.lib, CompileError):
             self.persistent.store({name: func}, self.key, built.lib)
         return built
@@ -373,7 +346,7 @@ class Build:
         start = time.perf_counter()
         try:
             with self._compiling("tir", names):
-                lib = self._tirx_build(funcs)
+                lib = self.tirx_build(funcs)
                 if self._runs_here:
                     for name in names:  # JIT now, so the time is counted here
                         lib.get_function(name)
@@ -383,7 +356,7 @@ class Build:
         self._record("tir", names, start)
         built = _Built(lib, frozenset(names))
         for name, func in funcs.items():
-            self._remember(name, tvm_ffi.structural_hash(func), func, built)
+            self.kept.keep_kernel(name, func, built)
         if self.persistent:
             self.persistent.store(funcs, self.key, lib)
         return {name: built for name in names}
@@ -400,18 +373,7 @@ class Build:
         except CompileError as err:
             return err
         except Exception as err:  # TVM raises many types; each means "this does not compile"
-            reason, about = reason_sentence(err), _named_in(err)
-            tags = () if self.is_gpu else _thread_tags(func)
-            if tags:  # TVM says only "not implemented"
-                reason = f"binds GPU thread {', '.join(tags)}, a CPU target has no GPU threads"
-                about = tags
-            failed = CompileError(
-                f"does not compile for target {self.target_name}: {reason}",
-                function=name,
-                about=about,
-            )
-            failed.__cause__ = err  # kept, not raised here: %tb shows TVM's own story later
-            return failed
+            return _compile_failure(err, name, func, self.target_name, self.is_gpu)
         finally:
             self._record("tir", (name,), start)
         return lib
@@ -419,10 +381,11 @@ class Build:
     def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
         """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
         if self.is_gpu and not _binds_threads(func):
-            raise CompileError(self._unbound_advice(name, func), function=name)
-        return self._tirx_build({name: func})
+            advice = _unbound_advice(name, func, self.target_name, self.module_name)
+            raise CompileError(advice, function=name)
+        return self.tirx_build({name: func})
 
-    def _tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
+    def tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
         """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them (TVM's warnings
         about the code, e.g. on `pow`, kept out of the cell's output as in `lower`)."""
         mod = tvm.IRModule({tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()})
@@ -435,32 +398,6 @@ class Build:
             func = guard(func, name)
         return func.with_attr("global_symbol", name)
 
-    def _unbound_advice(self, name: str, func: tvm.tirx.PrimFunc) -> str:
-        """Why a kernel without thread bindings cannot run on a GPU, and what to do that works."""
-        why = f"has no GPU thread bindings, so it cannot run on target {self.target_name}; "
-        if func.attrs.get("s_tir", False):
-            return why + f'schedule it first, e.g. {self.module_name}.schedule("{name}", "dlight")'
-        return why + (
-            "write it with @T.prim_func(s_tir=True) and T.sblock (blocks are what schedules "
-            f'work on), then schedule it, e.g. {self.module_name}.schedule("{name}", "dlight")'
-        )
-
-    def _remember(self, name: str, key: int, func, built: _Built) -> None:
-        self._libs.setdefault(key, []).append((func, built))
-        self._libs.move_to_end(key)
-        self._note_version(name, key)
-        while len(self._libs) > MAX_KEPT_LIBRARIES:
-            self._libs.popitem(last=False)
-
-    def _note_version(self, name: str, key: int) -> None:
-        """`key` is the latest version of `name`; versions older than the last few are released."""
-        versions = self._versions.setdefault(name, [])
-        if key in versions:
-            versions.remove(key)
-        versions.append(key)
-        while len(versions) > MAX_KEPT_VERSIONS:
-            self._libs.pop(versions.pop(0), None)
-
     # -- Relax VMs -----------------------------------------------------------------
     def link(self, mod: tvm.IRModule, *, use_cache: bool = True) -> Linked:
         """`mod` (Relax functions, the PrimFuncs they call) lowered and linked, unless kept."""
@@ -468,43 +405,14 @@ class Build:
             gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)
         )
         key = tvm_ffi.structural_hash(mod)
-        if use_cache:
-            for linked in self._vms.get(key, ()):
-                if tvm_ffi.structural_equal(linked.mod, mod):
-                    self._vms.move_to_end(key)
-                    for name in names:
-                        self.stats.served_by("memory", name)
-                    return linked
+        linked = self.kept.vm(key, mod) if use_cache else None
+        if linked is not None:
+            for name in names:
+                self.stats.served_by("memory", name)
+            return linked
         linked = self._link(mod, names, use_cache)
-        self._vms.setdefault(key, []).append(linked)
-        self._vms.move_to_end(key)
-        while len(self._vms) > MAX_KEPT_VMS:
-            self._vms.popitem(last=False)
+        self.kept.keep_vm(key, linked)
         return linked
-
-    def export_library(self, mod: tvm.IRModule, kernels: dict[str, object], path: str) -> list[str]:
-        """Link the Relax functions of `mod` and the PrimFuncs `kernels` into one file at `path`,
-        as `tvm.runtime.load_module` loads it; returns the kernels' names.
-
-        The kernels are built again, together: a library loaded from the compile cache
-        cannot be exported a second time. It holds TVM's own kernels for every op, also with
-        --offload torch: a library cannot carry Python."""
-        builder = relax.ExecBuilder()
-        functions: dict[str, tvm.tirx.PrimFunc] = {}
-        if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
-            lowered = self.lower(mod, offload=NONE)
-            functions = {
-                gv.name_hint: f
-                for gv, f in _called_prim_funcs(lowered, _vmcodegen(builder, lowered))
-            }
-        functions.update({name: f for name, f in kernels.items() if name not in functions})
-        try:
-            libs = [self._tirx_build(functions)] if functions else []
-            executable = _vm_ffi.VMLink(builder, self.target, None, libs, {})
-            export_library(executable, path)
-        except Exception as err:
-            raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
-        return list(functions)
 
     def lower(
         self, mod: tvm.IRModule, *, offload: str | None = None, scheduled: bool = True
@@ -527,10 +435,6 @@ class Build:
         own = {gv.name_hint for gv, _ in _prim_funcs(mod)}
         return schedule_matmuls(lowered, self.target, keep=own)
 
-    def forget_linked(self) -> None:
-        """Forget the Relax VMs kept: `after_pipeline` now schedules their kernels otherwise."""
-        self._vms.clear()
-
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()
         try:
@@ -545,7 +449,7 @@ class Build:
                 raise CompileError(f"Relax lowering failed: {reason_sentence(err)}") from err
             raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
         build_start = time.perf_counter()
-        called = dict((gv.name_hint, f) for gv, f in _called_prim_funcs(lowered, leftover))
+        called = dict((gv.name_hint, f) for gv, f in called_prim_funcs(lowered, leftover))
         self._refuse_unbound_pipeline_kernels(mod, names, called)
         built = self._kernels(called, set(called), use_cache)
         for name, kernel in built.items():
@@ -607,6 +511,32 @@ class Build:
 NO_CUDA_VERSION = "Unable to detect CUDA version"
 
 
+def _compile_failure(err: Exception, name: str, func, target_name: str, is_gpu: bool):
+    """The `CompileError` of kernel `name`, which TVM failed to build with `err` (kept as its
+    cause, not raised here: %tb shows TVM's own story later)."""
+    reason, about = reason_sentence(err), _named_in(err)
+    tags = () if is_gpu else _thread_tags(func)
+    if tags:  # TVM says only "not implemented"
+        reason = f"binds GPU thread {', '.join(tags)}, a CPU target has no GPU threads"
+        about = tags
+    failed = CompileError(
+        f"does not compile for target {target_name}: {reason}", function=name, about=about
+    )
+    failed.__cause__ = err
+    return failed
+
+
+def _unbound_advice(name: str, func, target_name: str, module_name: str) -> str:
+    """Why a kernel without thread bindings cannot run on a GPU, and what to do that works."""
+    why = f"has no GPU thread bindings, so it cannot run on target {target_name}; "
+    if func.attrs.get("s_tir", False):
+        return why + f'schedule it first, e.g. {module_name}.schedule("{name}", "dlight")'
+    return why + (
+        "write it with @T.prim_func(s_tir=True) and T.sblock (blocks are what schedules "
+        f'work on), then schedule it, e.g. {module_name}.schedule("{name}", "dlight")'
+    )
+
+
 def _target(target: str, local: bool = True) -> tvm.target.Target:
     """A TVM target from its name (`llvm`, `cuda`) or its JSON form; `"mcpu": "native"` is
     this machine's CPU, which LLVM itself does not accept. TVM's warning that it cannot
@@ -642,7 +572,7 @@ def _foreign_architecture(target: tvm.target.Target) -> str | None:
     return arch if arch and arch != _host_architecture() else None
 
 
-def _called_prim_funcs(lowered: tvm.IRModule, leftover: tvm.IRModule):
+def called_prim_funcs(lowered: tvm.IRModule, leftover: tvm.IRModule):
     """The PrimFuncs of `leftover` (what VM codegen left of `lowered`) that its Relax functions
     call. Legalization makes kernels that later passes replace with VM builtins (a reshape
     becomes a view): those are never called, so they are not built."""

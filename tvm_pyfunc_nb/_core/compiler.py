@@ -72,13 +72,13 @@ class Compiler:
 
     def forget_linked(self) -> None:
         """Forget the linked VMs (their kernels are scheduled otherwise now); kernels stay."""
-        self.build.forget_linked()
+        self.build.kept.forget_vms()
         self._linked = None
         self.compiled = None
 
     def kept(self) -> dict[str, int]:
         """What is held on to: kernel versions, Relax VMs, `R.call_py_func` registry names."""
-        return {**self.build.kept(), "registered_pyfunc_sites": len(self.bridge.names)}
+        return {**self.build.kept.counts(), "registered_pyfunc_sites": len(self.bridge.names)}
 
     def close(self) -> None:
         """Let go of everything compiled and of the `R.call_py_func` registry names."""
@@ -87,7 +87,7 @@ class Compiler:
 
     def clear(self) -> None:
         """Forget everything compiled (kept in memory)."""
-        self.build.clear()
+        self.build.kept.clear()
         self._linked = None
         self.compiled = None
 
