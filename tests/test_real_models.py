@@ -4,11 +4,11 @@ Hugging Face ViT, BERT, GPT-2, Llama, ResNet and MobileNet from tiny configs
 with random weights, and `torch.nn` LSTM and GRU (`tests/real_models.py`),
 each taken through what a user does with a model: `add_torch`, a call that
 matches PyTorch, `compare`, `trace`, `edit_text` run as a cell, `script()`
-run as a cell, and the `export()` file run by plain Python. One test per
-model, so that a model compiles once, in two classes that parallel workers
-run at once; a step that fails is reported with every other failing step of
-its model. Two models with data-dependent control flow check what the import
-error says.
+run as a cell, and the `export()` file run by plain Python (the files of a
+class in one interpreter, after its models). One test per model, so that a
+model compiles once, in two classes that parallel workers run at once; a
+step that fails is reported with every other failing step of its model. Two
+models with data-dependent control flow check what the import error says.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import inspect
 import subprocess
 import sys
 import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -93,21 +94,64 @@ HALVES = (["mobilenet", "gpt2", "llama", "resnet"], ["bert", "gru", "vit", "lstm
 assert sorted(HALVES[0] + HALVES[1]) == sorted(ZOO)
 
 
+# The `export()` files of each half, run by one plain Python after the half's loops: one
+# interpreter importing torch and TVM instead of one per model (5-10 s each).
+EXPORTS: dict[int, dict[str, Path]] = {0: {}, 1: {}}
+
+RUN_EACH = """
+import runpy, sys, traceback
+for path in sys.argv[1:]:
+    print(f"== {path}", flush=True)
+    try:
+        runpy.run_path(path, run_name="__main__")  # as `python path` runs it
+    except SystemExit as exit:
+        if exit.code not in (None, 0):
+            print(f"!! exited {exit.code}", flush=True)
+    except BaseException:
+        traceback.print_exc(file=sys.stdout)
+        print("!! raised", flush=True)
+"""
+
+
+def exports_run(half: int) -> None:
+    files = EXPORTS[half]
+    assert sorted(files) == sorted(HALVES[half]), f"exported: {sorted(files)}"
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_EACH, *map(str, files.values())],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = dict(zip(map(str, files.values()), done.stdout.split("== ")[1:], strict=True))
+    for name, path in files.items():
+        said = runs[str(path)]
+        assert "!! " not in said and f"{name}.main: gives the numbers of the live module" in said, (
+            f"{name}: {said[-1500:]}"
+        )
+
+
 @pytest.mark.slow
 class TestHalfTheZoo:
     @pytest.mark.parametrize("name", HALVES[0])
     def test_a_real_model_goes_through_the_whole_loop(self, shell, name, tmp_path):
-        the_whole_loop(shell, name, tmp_path)
+        the_whole_loop(shell, name, tmp_path, EXPORTS[0])
+
+    def test_their_exports_run_by_plain_python(self):
+        exports_run(0)
 
 
 @pytest.mark.slow
 class TestTheOtherHalf:
     @pytest.mark.parametrize("name", HALVES[1])
     def test_a_real_model_goes_through_the_whole_loop(self, shell, name, tmp_path):
-        the_whole_loop(shell, name, tmp_path)
+        the_whole_loop(shell, name, tmp_path, EXPORTS[1])
+
+    def test_their_exports_run_by_plain_python(self):
+        exports_run(1)
 
 
-def the_whole_loop(shell, name: str, tmp_path) -> None:
+def the_whole_loop(shell, name: str, tmp_path, exports: dict) -> None:
     model, args = ZOO[name].build()
     cls = type(model).__name__
     expected = reference(model, *args)
@@ -155,16 +199,11 @@ def the_whole_loop(shell, name: str, tmp_path) -> None:
         assert tvm_ffi.structural_equal(before, live.ir_mod)
         same_numbers(live.main(*args), ours)
 
-    with steps.step("export() run by plain Python"):
+    with steps.step("export()"):  # run by plain Python after the half (`exports_run`)
         path = tmp_path / f"{name}_module.py"
         live.export(str(path), example=("main", args))
         assert "tvm_pyfunc_nb" not in path.read_text().split('"""', 2)[2]
-        done = subprocess.run(
-            [sys.executable, str(path)], capture_output=True, text=True, timeout=600
-        )
-        said = [line for line in (done.stdout + done.stderr).splitlines() if "Warning:" not in line]
-        assert done.returncode == 0, "\n".join(said[-4:])
-        assert f"{name}.main: gives the numbers of the live module" in done.stdout
+        exports[name] = path
 
     steps.check()
 
