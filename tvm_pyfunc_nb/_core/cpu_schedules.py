@@ -191,7 +191,9 @@ def _divides(d: int, extent) -> bool:
     return isinstance(extent, tirx.IntImm) and extent.value % d == 0
 
 
-PARALLEL_FROM = 1 << 14  # elements: below, starting the thread pool costs more than it saves
+# elements: below, an element-wise kernel (bound by memory) gains less from the thread pool than
+# it loses when the pool has to wake, or to wait for cores PyTorch's threads hold (--offload)
+PARALLEL_FROM = 1 << 18
 
 
 def elementwise_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
