@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
 
-EXAMPLES = 600
+EXAMPLES = 300
 FIXED_KERNEL = """
 @T.prim_func
 def double(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
