@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 import sys
 import time
 
 import torch
 from harness import notebook_shell
+from make_fast import compare
 from torch import nn
 
 from tvm_pyfunc_nb._core.scheduling import _import_tensor_intrinsics as import_tensor_intrinsics
@@ -49,16 +49,6 @@ def eager(model: nn.Module):
     return run
 
 
-def compare(live, args: tuple, reference, number: int, repeat: int, rounds: int) -> dict:
-    ours: list[float] = []
-    theirs: list[float] = []
-    for _ in range(rounds):
-        timing = live.time("main", *args, number=number, repeat=repeat, against=reference)
-        ours += timing.function.samples
-        theirs += timing.against.samples
-    return {"ours": statistics.median(ours), "torch": statistics.median(theirs)}
-
-
 def measure(trials: int, number: int, repeat: int, rounds: int) -> dict:
     torch.manual_seed(0)
     shell = notebook_shell()
@@ -77,13 +67,13 @@ def measure(trials: int, number: int, repeat: int, rounds: int) -> dict:
         expected = reference(*args)
         assert torch.allclose(live.main(*args), expected, atol=1e-4), key
         shell.flush_cache()
-        before = compare(live, args, reference, number, repeat, rounds)
+        before = compare(live, "main", args, reference, number, repeat, rounds)
         start = time.perf_counter()
         report = live.tune("main", trials=trials)
         seconds = time.perf_counter() - start
         assert torch.allclose(live.main(*args), expected, atol=1e-4), f"{key} tuned"
         shell.flush_cache()
-        after = compare(live, args, reference, number, repeat, rounds)
+        after = compare(live, "main", args, reference, number, repeat, rounds)
         models[name] = {
             "title": title,
             "pipeline": pipeline,
