@@ -392,7 +392,8 @@ def _kept_trials(database, mod: tvm.IRModule, default) -> int:
     if not database.has_workload(mod):
         return 0
     records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-    return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != str(default.trace))
+    default_text = str(default.trace)
+    return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != default_text)
 
 
 def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
