@@ -31,6 +31,8 @@ import torch
 from harness import module_cell, notebook_shell
 from make_fast import BATCH, MLP, SIZES, compare, torch_mlp
 
+from tvm_pyfunc_nb._core.timing import tvm_threads
+
 # The settings each model is timed under (`%%tvmmodule` options). `tune("main")` rows are a
 # variant of the default module tuned after it is built: add them here.
 VARIANTS = {"default": "", "offload": "--offload torch"}
@@ -77,7 +79,7 @@ def measure(threads: int, number: int, repeat: int, rounds: int) -> dict:
     torch.manual_seed(0)
     shell = notebook_shell()
     out: dict = {
-        "threads": {"torch": torch.get_num_threads(), "tvm": _tvm_threads()},
+        "threads": {"torch": torch.get_num_threads(), "tvm": tvm_threads()},
         "rows": {},
     }
     for case, make in CASES.items():
@@ -153,12 +155,6 @@ def bridge_cost() -> dict:
     empty = min(timeit.repeat(lambda: nothing(*tensors), number=number, repeat=5)) / number
     addmm = min(timeit.repeat(lambda: torch.addmm(bias, a, b, out=out), number=200, repeat=5)) / 200
     return {"empty_call": empty, "addmm": addmm}
-
-
-def _tvm_threads() -> int:
-    import tvm
-
-    return tvm.runtime.num_threads()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -365,6 +366,26 @@ def test_time_gives_sane_numbers_and_a_ratio_against_a_reference(shell):
         with pytest.raises(CallError) as caught:
             demo.time("rmm", x, y, **bad)
         assert caught.value.function == "rmm", caught.value
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
+def test_time_leaves_the_cores_its_thread_may_run_on_as_they_were(shell, monkeypatch):
+    # TVM pins a thread that first asks for its pool's size to one core when the pool has one
+    # thread (its default on two or three cores); `time` asks. A fresh thread asks anew.
+    shell.cell("demo", ADD_TIR)
+    monkeypatch.setenv("TVM_NUM_THREADS", "1")
+    cores = {}
+
+    def timed():
+        cores["before"] = os.sched_getaffinity(0)
+        a, b = torch.ones(5), torch.ones(5)
+        shell.ns["demo"].time("add_tir", a, b, torch.empty(5), number=1, repeat=1)
+        cores["after"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=timed)
+    thread.start()
+    thread.join()
+    assert cores["after"] == cores["before"]
 
 
 def test_time_notes_the_crash_guards_only_when_the_kernel_carries_them(shell):

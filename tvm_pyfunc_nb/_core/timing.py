@@ -14,6 +14,7 @@ Each side says how many threads it ran on.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -138,8 +139,20 @@ def _threads(count: int) -> str:
 
 
 def tvm_threads() -> int:
-    """The threads of TVM's pool in this process (what compiled kernels run on)."""
-    return tvm.runtime.num_threads()
+    """The threads of TVM's pool in this process (what compiled kernels run on).
+
+    Asking TVM pins the asking thread to one core when its pool has one thread (TVM's default on
+    two or three cores: half the cores, for hyperthreads), the first time a thread asks: a
+    kernel's main thread, and every process and thread it starts afterwards (PyTorch's, a
+    tuner's builders), would then share that core. The thread's cores are put back.
+    """
+    if not hasattr(os, "sched_getaffinity"):  # no affinity to keep (macOS)
+        return tvm.runtime.num_threads()
+    cores = os.sched_getaffinity(0)
+    try:
+        return tvm.runtime.num_threads()
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def reference_measurement(
