@@ -36,9 +36,11 @@ def test_run_all_cells_in_notebook_7_shows_script_and_results_in_the_widget(note
     # one it proposes is the notebook's own, and whenever the dialog shows it is accepted
     select = page.get_by_role("button", name="Select Kernel")
     page.add_locator_handler(select, lambda button: button.click())
-    idle = page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']")
-    expect(select.or_(idle)).to_be_visible()
-    expect(idle).to_be_visible()
+    # The kernel is ready when the top bar's kernel status fades out with no notice: idle or busy
+    # ("Kernel Initializing" fades out too, as a notice). Run All before that runs nothing, and
+    # the execution indicator says "idle" from the start, kernel or not.
+    ready = page.locator(".jp-NotebookKernelStatus-fade:not(.jp-NotebookKernelStatus-info)")
+    expect(ready).to_be_attached()
 
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
