@@ -57,6 +57,21 @@ def pytest_unconfigure(config):
     shutil.rmtree(os.environ.pop("TVM_PYFUNC_NB_CACHE_DIR", ""), ignore_errors=True)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cores_stay_free():
+    """No test leaves this process's main thread on fewer cores than it started with: every thread
+    and process it started afterwards would share them (TVM pins a thread that asks for its pool's
+    size to one core: `timing.tvm_threads` puts it back; before, a `make test` ran 500 of its 745 s
+    on one core of two, and PyTorch's two threads on one core ran a tiny ResNet 150 times slower).
+    """
+    if not hasattr(os, "sched_getaffinity"):
+        yield
+        return
+    cores = os.sched_getaffinity(0)
+    yield
+    assert os.sched_getaffinity(0) == cores, f"a test left this process on cores {cores}"
+
+
 Shell = NotebookShell
 
 
