@@ -142,7 +142,7 @@ def tvm_threads() -> int:
     Asking TVM pins the asking thread to one core when its pool has one thread (TVM's default on
     two or three cores: half the cores, for hyperthreads), the first time a thread asks: a
     kernel's main thread, and every process and thread it starts afterwards (PyTorch's, a
-    tuner's builders), would then share that core: a tiny ResNet in PyTorch on two threads took
+    server's, a test's), would then share that core: a tiny ResNet in PyTorch on two threads took
     120 ms instead of 0.8 ms after it. The thread's cores are put back.
     """
     if not hasattr(os, "sched_getaffinity"):  # no affinity to keep (macOS)
