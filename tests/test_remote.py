@@ -37,8 +37,10 @@ def server():
         yield running
 
 
-def remote_cell(shell, server, body, **kwargs):
-    return shell.cell("demo", body, options=f"--rpc {server.address}", **kwargs)
+def remote_cell(shell, server, body, more_options="", name="demo", **kwargs):
+    """Run `%%tvmmodule NAME --rpc SERVER [more options]` with `body`."""
+    options = f"--rpc {server.address} {more_options}".strip()
+    return shell.cell(name, body, options=options, **kwargs)
 
 
 def test_every_call_direction_that_can_run_remotely(shell, server):
@@ -184,29 +186,19 @@ def test_bad_addresses_are_clear_errors(shell, address, says):
 
 
 def test_a_target_device_mismatch_is_refused(shell, server):
-    err = shell.cell(
-        "bad",
-        MAIN_RELAX,
-        options=f"--rpc {server.address} --target cuda",
-        expect_error=TVMModuleError,
-    )
+    err = remote_cell(shell, server, MAIN_RELAX, "--target cuda", expect_error=TVMModuleError)
     assert "runs on cuda devices" in str(err)
 
 
 def test_offload_is_refused_with_rpc(shell, server):
-    err = shell.cell(
-        "far",
-        MLP,
-        options=f"--rpc {server.address} --offload torch",
-        expect_error=TVMModuleError,
-    )
+    err = remote_cell(shell, server, MLP, "--offload torch", expect_error=TVMModuleError)
     assert "--offload torch" in str(err) and "--rpc" in str(err)
-    assert "far" not in shell.ns
+    assert "demo" not in shell.ns
 
 
 def test_two_modules_share_one_server(shell, server):
     remote_cell(shell, server, MAIN_RELAX)
-    shell.cell("second", MAIN_RELAX, options=f"--rpc {server.address}")
+    remote_cell(shell, server, MAIN_RELAX, name="second")
     assert torch.equal(shell.ns["demo"].main_relax(X, Y), X + Y)
     assert torch.equal(shell.ns["second"].main_relax(X, Y), X + Y)
 

@@ -37,7 +37,7 @@ from ..errors import (
     native_stderr_without,
     reason_sentence,
 )
-from .cpu_schedules import schedule_matmuls
+from .cpu_schedules import schedule_kernels
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kept_builds import KeptBuilds
@@ -433,7 +433,7 @@ class Build:
         if self.after_pipeline is not None:
             lowered = self.after_pipeline(lowered)
         own = {gv.name_hint for gv, _ in _prim_funcs(mod)}
-        return schedule_matmuls(lowered, self.target, keep=own)
+        return schedule_kernels(lowered, self.target, keep=own)
 
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()

@@ -29,9 +29,10 @@ VECTORS_PER_TILE = 4
 SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) too
 
 
-def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
-    """`mod` with its matmul and convolution kernels scheduled for the CPU `target`, except those
-    named in `keep` (the module's own PrimFuncs) and those already scheduled."""
+def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
+    """`mod` with its matmul, convolution and element-wise kernels scheduled for the CPU `target`
+    (`default_schedule_of`), except those named in `keep` (the module's own PrimFuncs) and those
+    already scheduled."""
     if target.kind.name != "llvm":
         return mod
     lanes = vector_lanes(target)
@@ -41,11 +42,9 @@ def schedule_matmuls(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.
             continue
         if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
             continue
-        scheduled = matmul_schedule(func, lanes)
-        if scheduled is None:
-            scheduled = elementwise_schedule(func, lanes)
-        if scheduled is not None:
-            updates[gv] = scheduled
+        sch = default_schedule_of(func, lanes)
+        if sch is not None:
+            updates[gv] = sch.mod["main"].with_attr(SCHEDULED, True)
     if not updates:
         return mod
     mod = mod.clone()  # the pipeline may hand back the module it was given: never change that
@@ -71,10 +70,11 @@ def vector_lanes(target: tvm.target.Target) -> int:
     return 4
 
 
-def matmul_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
-    """`func` scheduled as a CPU matmul, or None if it is not matmul-shaped."""
+def default_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
+    """The schedule written once for `func` (a PrimFunc or a module of one named `main`): as a
+    matmul or convolution if it is one, else as an element-wise kernel if it is one, else None."""
     sch = matmul_schedule_of(func, lanes)
-    return None if sch is None else sch.mod["main"].with_attr(SCHEDULED, True)
+    return sch if sch is not None else elementwise_schedule_of(func, lanes)
 
 
 def matmul_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
@@ -194,12 +194,6 @@ def _divides(d: int, extent) -> bool:
 # elements: below, an element-wise kernel (bound by memory) gains less from the thread pool than
 # it loses when the pool has to wake, or to wait for cores PyTorch's threads hold (--offload)
 PARALLEL_FROM = 1 << 18
-
-
-def elementwise_schedule(func: tirx.PrimFunc, lanes: int) -> tirx.PrimFunc | None:
-    """`func` scheduled as an element-wise CPU kernel, or None (see `elementwise_schedule_of`)."""
-    sch = elementwise_schedule_of(func, lanes)
-    return None if sch is None else sch.mod["main"].with_attr(SCHEDULED, True)
 
 
 def elementwise_schedule_of(func, lanes: int) -> s_tir.Schedule | None:

@@ -41,7 +41,7 @@ from tvm import relax
 from ..errors import CallError, CompileError, ScheduleError, last_reason
 from . import front_end
 from .cells import RELAX
-from .cpu_schedules import elementwise_schedule_of, matmul_schedule_of, vector_lanes
+from .cpu_schedules import default_schedule_of, vector_lanes
 from .front_end import Progress
 from .scheduling import (
     _import_tensor_intrinsics,
@@ -401,8 +401,7 @@ def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.
     kernel with the CPU schedule written once for them (cpu_schedules.py), anything else as the
     pipeline made it (an empty trace)."""
     if target.kind.name == "llvm":
-        lanes = vector_lanes(target)
-        sch = matmul_schedule_of(mod, lanes) or elementwise_schedule_of(mod, lanes)
+        sch = default_schedule_of(mod, vector_lanes(target))
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)
