@@ -9,6 +9,8 @@ TVM's tensor intrinsics, the longest part.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -152,3 +154,36 @@ def test_dlight_on_a_cpu_relax_function_without_gemv_or_reductions_says_so(shell
     with pytest.raises(ScheduleError) as caught:
         shell.ns["demo"].schedule("mlp", "dlight")
     assert caught.value.function == "mlp" and "DLight has no schedule" in str(caught.value)
+
+
+SCANS = """
+import inspect, sys
+from tvm_pyfunc_nb._core.scheduling import _import_tensor_intrinsics
+
+scans = []  # the files inspect.getmodule scans every loaded module for (its caches know none)
+getmodule = inspect.getmodule
+def counted(obj, _filename=None):
+    if not inspect.ismodule(obj) and not hasattr(obj, "__module__"):
+        if _filename not in inspect.modulesbyfile:
+            file = inspect.getabsfile(obj, _filename)
+            if file not in inspect.modulesbyfile:
+                scans.append(file)
+    return getmodule(obj, _filename)
+inspect.getmodule = counted
+_import_tensor_intrinsics()  # called from this code, whose file "<string>" no module has
+assert "tvm.s_tir.tensor_intrin" in sys.modules
+assert "<string>" not in inspect.modulesbyfile  # answered only while the import ran
+print(len(scans))
+"""
+
+
+@pytest.mark.slow
+def test_the_tensor_intrinsics_import_scans_the_modules_a_few_times_not_at_every_primfunc():
+    """MetaSchedule's first use parses ~500 PrimFuncs, each under `inspect.stack()`: a frame of a
+    file no module has (a notebook cell, code run from a string as here) cost a scan of every
+    loaded module each time, 13 s of 18 s in a pytest-xdist worker."""
+    done = subprocess.run(
+        [sys.executable, "-c", SCANS], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.split()[-1]) < 50, done.stdout  # 1488 when each frame scanned anew
