@@ -5,6 +5,7 @@ Every test uses its own temporary cache directory, never the user's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -13,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -20,10 +22,24 @@ from pathlib import Path
 
 import pytest
 import torch
+import tvm
+import tvm_ffi
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from IPython.core.error import UsageError
+from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, _magics
+from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
+from tvm_pyfunc_nb._core.function_tuning import _unscheduled, kernel_tasks
+from tvm_pyfunc_nb._core.scheduling import (
+    RECORD_FILES,
+    _tuning_target,
+    target_digest,
+    tuning_database,
+    work_dir_for,
+)
+from tvm_pyfunc_nb._core.trust import directory_problem, files_problem
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -52,12 +68,12 @@ def files_of(cache: CompileCache, body: str = ADD_TIR, name: str = "add_tir") ->
     """
     script = _script_of(body, name)
     for _ in range(2):
-        for record in cache.directory.glob("*.json"):
+        for record in cache.own_dir.glob("*.json"):
             fields = json.loads(json.loads(record.read_text())["record"])
             if fields["name"] == name and fields["script"] == script:
                 return record, record.with_suffix(".so")
         warm(cache, body)
-    raise AssertionError(f"no entry of {name} in {cache.directory}")
+    raise AssertionError(f"no entry of {name} in {cache.own_dir}")
 
 
 def _script_of(body: str, name: str) -> str:
@@ -129,6 +145,23 @@ def rewrite_record(path: Path, **changes) -> None:
     path.write_text(
         json.dumps({"checksum": hashlib.sha256(body.encode()).hexdigest(), "record": body})
     )
+
+
+def test_the_key_holds_the_resolved_cpu_its_features_and_the_pass_context(tmp_path):
+    """Machines with different CPUs sharing a home directory never serve each other's code, nor
+    does a build under other PassContext options serve this one."""
+    cache = CompileCache(tmp_path)
+    live, _ = call_add(cache)
+    cache.flush()
+    build = live._compiler.build
+    features = tvm.target.codegen.llvm_get_cpu_features(build.target)
+    assert f'"mcpu":"{tvm.target.codegen.llvm_get_system_cpu()}"' in build.key
+    assert "+" + ",+".join(sorted(features)) in build.key and "native" not in build.key
+    with tvm.transform.PassContext(config={"tirx.disable_vectorize": True}):
+        other, out = call_add(CompileCache(tmp_path))
+    assert torch.equal(out, X + Y) and tir_compiles(other) == [("add_tir",)]
+    again, out = call_add(CompileCache(tmp_path))
+    assert torch.equal(out, X + Y) and tir_compiles(again) == []
 
 
 def test_recompile_bypasses_the_persistent_cache(tmp_path):
@@ -206,8 +239,8 @@ def test_a_valid_library_that_is_not_the_recorded_one_is_never_loaded(tmp_path):
     assert cache.rejected == 1 and tir_compiles(live) == [("add_tir",)]
     maps = Path("/proc/self/maps")
     if maps.exists():
-        assert str(cache.directory) + "/" + add_library.name not in maps.read_text()
-    assert not [p for p in cache.directory.iterdir() if p.name.startswith(".load-")]
+        assert str(add_library) not in maps.read_text()
+    assert not [p for p in cache.own_dir.iterdir() if p.name.startswith(".load-")]
 
 
 # -- bounds and files --------------------------------------------------------------------
@@ -217,20 +250,49 @@ def kernel(k: int) -> str:
     )
 
 
-def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_path):
+def project_folder(path: Path) -> Path:
+    """A folder as users point cache_dir at (a project, a home directory): files of its own,
+    some named as the cache names its files, dot files older than the sweep's hour."""
+    (path / ".git" / "refs").mkdir(parents=True)
+    (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (path / ".env").write_text("TOKEN=not-the-caches\n")
+    (path / "notes.txt").write_text("my notes\n")
+    (path / "package.json").write_text("{}\n")
+    (path / "libfoo.so").write_bytes(bytes(2**16))  # more than the bound below, alone
+    (path / f"{'ab' * 20}.so").write_bytes(b"named as an entry of an earlier version")
+    (path / ".work-mine").mkdir()  # named as the cache names its temporary folders
+    hours_ago = time.time() - 3 * 3600
+    for name in (".git", ".env", ".work-mine", "notes.txt"):
+        os.utime(path / name, (hours_ago, hours_ago))
+    return path
+
+
+def contents(path: Path) -> dict[str, tuple]:
+    """Everything in `path` but the cache's own folder, with its time and bytes."""
+    return {
+        str(p.relative_to(path)): (p.stat().st_mtime, p.read_bytes() if p.is_file() else None)
+        for p in sorted(path.rglob("*"))
+        if OWN_DIR not in p.parts
+    }
+
+
+def test_eviction_and_the_sweep_keep_the_bound_and_touch_only_the_caches_own_files(tmp_path):
     probe = CompileCache(tmp_path / "probe")
     warm(probe, kernel(0))
     entry_size = probe.summary().size
 
-    cache = CompileCache(tmp_path / "bounded", max_bytes=int(entry_size * 2.5))
+    bounded = project_folder(tmp_path / "bounded")
+    before = contents(bounded)
+    cache = CompileCache(bounded, max_bytes=int(entry_size * 2.5))
     first = LiveModule("m", persistent_cache=cache)
     for k in (0, 1):  # one by one: entries of their own (kernels built together share a file)
         first.run_cell(kernel(k), key=k)
         first.compile()
     cache.flush()
-    second = LiveModule(
-        "m", persistent_cache=CompileCache(tmp_path / "bounded", max_bytes=cache.max_bytes)
-    )
+    stale = cache.own_dir / ".work-stale"  # a temporary folder a killed kernel left behind
+    stale.mkdir()
+    os.utime(stale, (time.time() - 3 * 3600,) * 2)
+    second = LiveModule("m", persistent_cache=CompileCache(bounded, max_bytes=cache.max_bytes))
     second.run_cell(kernel(0))
     second.compile()  # loads k0: now k1 is the least recently used
     assert tir_compiles(second) == []
@@ -240,10 +302,24 @@ def test_eviction_keeps_the_size_bound_and_drops_the_least_recently_used(tmp_pat
 
     summary = cache.summary()
     assert summary.size <= cache.max_bytes and summary.entries == 2
-    survivor = LiveModule("m", persistent_cache=CompileCache(tmp_path / "bounded"))
+    assert not stale.exists() and contents(bounded) == before
+    survivor = LiveModule("m", persistent_cache=CompileCache(bounded))
     survivor.run_cell(kernel(0) + kernel(1) + kernel(2))
     survivor.compile()
     assert tir_compiles(survivor) == [("k1",)]
+
+
+def test_a_folder_of_the_caches_name_it_did_not_make_is_left_alone(tmp_path):
+    (tmp_path / OWN_DIR).mkdir()
+    (tmp_path / OWN_DIR / "mine.txt").write_text("not the cache's")
+    with pytest.warns(CompileCacheWarning) as caught:
+        cache = CompileCache(tmp_path)
+        live, out = call_add(cache)
+        cache.flush()
+    assert torch.equal(out, X + Y) and tir_compiles(live) == [("add_tir",)]
+    [notice] = cache_notices(caught)
+    assert f"{cache.own_dir} holds files the cache did not write (it has no CACHEDIR.TAG)" in notice
+    assert cache.clear() == 0 and os.listdir(cache.own_dir) == ["mine.txt"]
 
 
 def test_kernels_built_together_have_entries_of_their_own_that_share_one_file(tmp_path):
@@ -253,7 +329,7 @@ def test_kernels_built_together_have_entries_of_their_own_that_share_one_file(tm
     live.compile()
     cache.flush()
     assert tir_compiles(live) == [("k0", "k1", "k2")]
-    libraries = list(tmp_path.glob("*.so"))
+    libraries = list(cache.own_dir.glob("*.so"))
     assert len(libraries) == 3 and len({p.stat().st_ino for p in libraries}) == 1
     assert cache.summary().size < 1.5 * libraries[0].stat().st_size  # the file counts once
 
@@ -270,24 +346,23 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_directories_the_cache_makes_are_private_and_entries_are_owner_only(tmp_path):
+def test_folders_the_cache_makes_are_private_marked_and_made_again_when_deleted(tmp_path):
     cache = CompileCache(tmp_path / "a" / "cache")
     assert mode(cache.directory) == mode(tmp_path / "a") == 0o700
     warm(cache)
-    assert all(mode(p) == 0o600 for p in cache.directory.iterdir())
+    assert mode(cache.own_dir) == 0o700
+    assert (cache.own_dir / "CACHEDIR.TAG").read_bytes().startswith(b"Signature: 8a477f597d28d")
+    assert all(mode(p) == 0o600 for p in cache.own_dir.iterdir())
+    shutil.rmtree(cache.directory)  # deleted meanwhile: made again, private, marked
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileCacheWarning)
+        warm(cache, kernel(1))
+    assert mode(cache.directory) == mode(cache.own_dir) == 0o700 and cache.summary().entries == 1
+    assert (cache.own_dir / "CACHEDIR.TAG").exists()
     readable = tmp_path / "readable"  # the user's own, readable by others: used as it is
     readable.mkdir()
     os.chmod(readable, 0o755)
     assert CompileCache(readable).distrust() is None and mode(readable) == 0o755
-
-
-def test_a_cache_directory_deleted_meanwhile_is_made_again_private(tmp_path):
-    cache = CompileCache(tmp_path / "cache")
-    shutil.rmtree(cache.directory)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", CompileCacheWarning)
-        warm(cache)
-    assert mode(cache.directory) == 0o700 and cache.summary().entries == 1
 
 
 # -- what is trusted -----------------------------------------------------------------------
@@ -310,6 +385,10 @@ def cache_notices(caught) -> list[str]:
 
 
 ELSEWHERE = "point TVMModuleMagics.cache_dir at a directory only you can write"
+OFF = (
+    "compile cache off, nothing is read from it (no library, no tuning record) and every "
+    "function compiles instead: "
+)
 
 
 def world_writable(tmp_path: Path) -> tuple[Path, str]:
@@ -317,7 +396,7 @@ def world_writable(tmp_path: Path) -> tuple[Path, str]:
     warm(CompileCache(directory))
     os.chmod(directory, 0o777)
     why = f"{directory} is writable by its group and others (mode 0777)"
-    return directory, f"{why}. Fix: chmod 700 {directory}, or {ELSEWHERE}"
+    return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
 
 
 def group_writable(tmp_path: Path) -> tuple[Path, str]:
@@ -325,7 +404,7 @@ def group_writable(tmp_path: Path) -> tuple[Path, str]:
     warm(CompileCache(directory))
     os.chmod(directory, 0o770)
     why = f"{directory} is writable by its group (mode 0770)"
-    return directory, f"{why}. Fix: chmod 700 {directory}, or {ELSEWHERE}"
+    return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
 
 
 def symlink_to_another_users(tmp_path: Path) -> tuple[Path, str]:
@@ -363,7 +442,7 @@ def test_a_cache_others_could_change_is_off_and_everything_compiles(tmp_path, ma
         live, out = call_add(cache)
     assert torch.equal(out, X + Y) and tir_compiles(live) == [("add_tir",)]
     assert cache.hits == 0 and libraries_mapped_from(real) == 0
-    assert cache_notices(caught) == [f"compile cache off, every function compiles instead: {why}"]
+    assert cache_notices(caught) == [OFF + why]
     cache.flush()  # nothing was written there, no mode changed
     assert (sorted(real.iterdir()), mode(real), mode(real.parent)) == before
     assert f"  not trusted, so off: {why}\n" in repr(cache.summary())
@@ -447,6 +526,192 @@ def test_a_private_cache_is_trusted_and_serves_hits(tmp_path, place):
     assert "  trusted: no one else can change it\n" in repr(cache.summary())
 
 
+# -- writes that fail ---------------------------------------------------------------------
+@contextlib.contextmanager
+def unwritable(directory: Path):
+    """Nothing can be made, changed or deleted in `directory`, as on a read-only mount (for
+    root, whom modes do not stop, by the immutable attribute)."""
+    if os.getuid() != 0:
+        os.chmod(directory, 0o500)
+        try:
+            yield
+        finally:
+            os.chmod(directory, 0o700)
+        return
+    made = subprocess.run(["chattr", "+i", str(directory)], capture_output=True, check=False)
+    if made.returncode:
+        pytest.skip(f"this file system has no immutable attribute: {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+def test_a_cache_that_cannot_be_written_says_so_once_and_keeps_its_entries(tmp_path):
+    cache = CompileCache(tmp_path)
+    files_of(cache, kernel(0), "k0")
+    kept = contents(cache.own_dir)
+    with unwritable(cache.own_dir):
+        cache = CompileCache(tmp_path)
+        live = LiveModule("m", persistent_cache=cache)
+        live.run_cell(kernel(0) + kernel(1))
+        with pytest.warns(CompileCacheWarning) as caught:
+            live.compile()
+            cache.flush()
+            live.run_cell(kernel(2), key="more")
+            live.compile()
+            cache.flush()
+        out = torch.empty(5)
+        live.k1(X, Y, out)
+        assert torch.equal(out, X + Y + 1) and contents(cache.own_dir) == kept
+    [notice] = cache_notices(caught)  # the second failing write says nothing more
+    assert notice.startswith("compile cache: could not store k0, k1 (") and "from memory" in notice
+    assert "could not store" not in (cache.problem or "") and "k2" not in notice
+
+
+# -- tuning records ----------------------------------------------------------------------
+SCALED = """
+@R.function
+def scaled(x: R.Tensor((8,), "float32")) -> R.Tensor((8,), "float32"):
+    return R.multiply(x, R.const(1.5, "float32"))
+"""
+
+
+def int8_results(sch) -> None:
+    """The issue's record: the kernel computes in int8, silently wrong."""
+    block = sch.get_sblock("T_multiply")
+    sch.cache_write(block, 0, "global")
+    sch.unsafe_set_dtype(block, 0, "int8")
+
+
+def imported_llvm(sch) -> None:
+    """Native code of someone else's, linked into the kernel."""
+    block = sch.get_sblock("T_multiply")
+    code = "define i32 @planted() {\n  ret i32 7\n}\n"
+    sch.annotate(sch.get_loops(block)[0], "pragma_import_llvm", code)
+
+
+def plant(cache: CompileCache, record) -> tuple[Path, LiveModule]:
+    """A tuning record for `scaled`'s kernel where a module `demo` with `cache` reads them."""
+    live = LiveModule("demo")
+    live.run_cell(SCALED)
+    (task,) = kernel_tasks(_unscheduled(live, "scaled", link_first=False), "scaled")
+    target = live._compiler.build.target
+    place = cache.tuning_directory(f"demo.relax-{target_digest(target)}", (), create=True)
+    database = JSONDatabase(work_dir=str(place))
+    sch = tvm.s_tir.Schedule(task.workload)
+    record(sch)
+    workload = database.commit_workload(task.workload)
+    args = ArgInfo.from_prim_func(task.workload["main"])
+    database.commit_tuning_record(
+        TuningRecord(sch.trace, workload, [1e-9], _tuning_target(target), args)
+    )
+    return place, live
+
+
+def applied(cache: CompileCache) -> bool:
+    """Whether a module `demo` with `cache` runs `scaled` with a planted record."""
+    live = LiveModule("demo", persistent_cache=cache)
+    live.run_cell(SCALED)
+    x = torch.arange(8, dtype=torch.float32)
+    right = torch.equal(live.scaled(x), x * 1.5)
+    return not right or "pragma_import_llvm" in live.lowered("scaled")
+
+
+@pytest.mark.parametrize("record", [int8_results, imported_llvm])
+def test_a_tuning_record_in_the_users_own_cache_is_applied(tmp_path, record):
+    """What the tests below refuse would run: the records are real and apply."""
+    plant(CompileCache(tmp_path), record)
+    assert applied(CompileCache(tmp_path))
+
+
+def cache_world_writable(cache: CompileCache, place: Path) -> str:
+    os.chmod(cache.directory, 0o777)
+    return OFF + f"{cache.directory} is writable by its group and others (mode 0777)"
+
+
+def records_writable_by_others(cache: CompileCache, place: Path) -> str:
+    os.chmod(place / "database_tuning_record.json", 0o646)
+    return f"{place}/database_tuning_record.json is writable by others (mode 0646)"
+
+
+def folder_writable_by_group(cache: CompileCache, place: Path) -> str:
+    os.chmod(place, 0o770)
+    return f"{place} is writable by its group (mode 0770)"
+
+
+def workload_of_another_user(cache: CompileCache, place: Path) -> str:
+    os.chown(place / "database_workload.json", NOBODY, NOBODY)
+    return f"{place}/database_workload.json belongs to another user (uid {NOBODY}"
+
+
+PLANTED = [
+    pytest.param(cache_world_writable, int8_results, id="cache-o+w-int8"),
+    pytest.param(cache_world_writable, imported_llvm, id="cache-o+w-import-llvm"),
+    pytest.param(records_writable_by_others, imported_llvm, id="records-o+w-import-llvm"),
+    pytest.param(folder_writable_by_group, int8_results, id="folder-g+w-int8"),
+    pytest.param(
+        workload_of_another_user, imported_llvm, id="foreign-import-llvm", marks=needs_root
+    ),
+]
+
+
+@pytest.mark.parametrize(("expose", "record"), PLANTED)
+def test_a_tuning_record_others_could_have_planted_is_never_applied(tmp_path, expose, record):
+    cache = CompileCache(tmp_path)
+    place, _ = plant(cache, record)
+    why = expose(cache, place)
+    with pytest.warns(CompileCacheWarning) as caught:
+        assert not applied(CompileCache(tmp_path))
+    [notice] = cache_notices(caught)
+    assert why in notice, notice
+
+
+def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
+    """Without a cache the database was in /tmp/tvm-pyfunc-nb-tuning-<uid>, where any local user
+    could plant records; a cache others can write is refused for tuning too."""
+    live = LiveModule("demo")
+    live.run_cell(ADD_TIR)
+    func, target = live.ir_mod["add_tir"], live._compiler.build.target
+    mod = tvm.IRModule({"main": func})
+    key = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFF:012x}"
+    predictable = Path(tempfile.gettempdir()) / f"tvm-pyfunc-nb-tuning-{os.getuid()}"
+    cache = CompileCache(tmp_path / "cache")
+    planted = [
+        predictable / f"add_tir-{key}-llvm",
+        cache.tuning_directory(f"add_tir-{key}-{target_digest(target)}", (), create=True),
+    ]
+    planted[0].mkdir(parents=True, exist_ok=True)
+    for place in planted:
+        JSONDatabase(work_dir=str(place)).commit_workload(mod)
+    os.chmod(cache.directory, 0o777)
+    try:
+        with pytest.warns(CompileCacheWarning):
+            places = [Path(work_dir_for(c, "add_tir", func, target)) for c in (None, cache)]
+        for place in places:
+            assert not JSONDatabase(work_dir=str(place)).has_workload(mod)
+            assert place not in planted and directory_problem(place) is None
+            assert mode(place) == 0o700
+    finally:
+        shutil.rmtree(planted[0])
+        with contextlib.suppress(OSError):  # another process's records may be there too
+            predictable.rmdir()
+
+
+def test_tuning_records_written_under_a_shared_group_umask_are_still_trusted(tmp_path):
+    """With umask 002 (user private groups) MetaSchedule makes its files group-writable, and the
+    trust test would refuse the user's own records."""
+    live = LiveModule("demo")
+    live.run_cell(ADD_TIR)
+    previous = os.umask(0o002)
+    try:
+        tuning_database(str(tmp_path)).commit_workload(live.ir_mod)
+    finally:
+        os.umask(previous)
+    assert files_problem(tmp_path, RECORD_FILES) is None
+    assert {mode(tmp_path / name) for name in RECORD_FILES} == {0o600}
+
+
 # -- the magic ---------------------------------------------------------------------------
 @pytest.fixture
 def cache_shell(shell, tmp_path):
@@ -455,21 +720,36 @@ def cache_shell(shell, tmp_path):
     shell.run("%config TVMModuleMagics.cache_dir = ''")
 
 
-def test_tvmcache_shows_the_cache_and_clear_empties_it(cache_shell, tmp_path):
+def earlier_entry(directory: Path) -> list[Path]:
+    """An entry as an earlier version of the cache wrote it, directly in `directory`."""
+    library = directory / f"{'cd' * 20}.so"
+    library.write_bytes(b"a library")
+    body = json.dumps({"format": 1, "library_sha256": hashlib.sha256(b"a library").hexdigest()})
+    record = library.with_suffix(".json")
+    checksum = hashlib.sha256(body.encode()).hexdigest()
+    record.write_text(json.dumps({"checksum": checksum, "record": body}))
+    return [record, library]
+
+
+def test_tvmcache_shows_the_cache_and_clear_empties_it_of_its_own_files_only(cache_shell, tmp_path):
+    project = project_folder(tmp_path / "cache")
+    kept = contents(project)
+    earlier = earlier_entry(project)  # proven the cache's by their checksums: cleared
     cache_shell.cell("demo", ADD_TIR + MAIN_RELAX)
     cache_shell.ns["demo"].main_relax(X, Y)
     magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
     magics.compile_cache().flush()
 
     shown = repr(cache_shell.run("%tvmcache"))
-    assert str(tmp_path / "cache") in shown
+    assert str(project / OWN_DIR) in shown
     built = [name for names in tir_compiles(cache_shell.ns["demo"]) for name in names]
-    assert f"{len(built)} entries" in shown  # the PrimFuncs Relax was lowered to
-    assert "MB" in shown
+    assert f"{len(built)} entries" in shown and "KB of 512.0 MB" in shown  # Relax's PrimFuncs
+    assert "\n  3 files of an earlier version beside it, no longer read" in shown
 
     shown = repr(cache_shell.run("%tvmcache clear"))
-    assert "0 entries" in shown
-    assert list((tmp_path / "cache").iterdir()) == []
+    assert "0 entries" in shown and "1 file of an earlier version" in shown
+    assert os.listdir(project / OWN_DIR) == ["CACHEDIR.TAG"]
+    assert not any(p.exists() for p in earlier) and contents(project) == kept
     cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
 
 
@@ -515,7 +795,7 @@ def test_a_cache_dir_others_can_change_leaves_cells_working_and_tvmcache_says_wh
     assert len(cache_notices(caught)) == 1
     assert (
         f"  not trusted, so off: {directory} is writable by its group and others (mode 0777). "
-        f"Fix: chmod 700 {directory}, or {ELSEWHERE}\n"
+        f"Fix: chmod go-w {directory}, or {ELSEWHERE}\n"
     ) in shown
 
 
@@ -571,7 +851,7 @@ def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
 
     cold = run()
     built = [name for names in cold["tir"] for name in names]
-    assert built and len(list((tmp_path / "cache").glob("*.so"))) == len(built)
+    assert built and len(list((tmp_path / "cache" / OWN_DIR).glob("*.so"))) == len(built)
     warm_run = run()
     assert warm_run["tir"] == [] and warm_run["hits"] >= len(cold["tir"])
 
@@ -605,4 +885,5 @@ def test_exit_waits_for_the_export_running_not_for_every_export_queued(tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     written = CompileCache(tmp_path).summary().entries
     assert written < count  # the main thread ended at once: most exports were dropped, not waited
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no half-written file
+    own = tmp_path / OWN_DIR
+    assert not [p for p in own.iterdir() if p.name.startswith(".")]  # no half-written file

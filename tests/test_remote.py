@@ -104,7 +104,9 @@ def cached_kernels_reach_the_server(shell, server):
     here.add_tir(X, Y, torch.empty(5))
     here.main_relax(X, Y)
     shell.flush_cache()
-    assert shell.magics.compile_cache().summary().entries >= 2
+    cache = shell.magics.compile_cache()
+    entries = cache.summary().entries
+    assert entries >= 2
     remote_cell(shell, server, ADD_TIR + MAIN_RELAX)  # same target, same kernels
     demo = shell.ns["demo"]
     out = torch.empty(5)
@@ -112,6 +114,8 @@ def cached_kernels_reach_the_server(shell, server):
     assert torch.equal(out, X + Y)
     assert torch.equal(demo.main_relax(X, Y), X + Y)
     assert {name for name, _ in demo.stats.uploads} == {"add_tir", "relax_vm"}
+    shell.flush_cache()  # and what was built for the server is not kept on disk, never to be read
+    assert cache.summary().entries == entries
 
 
 def test_time_measures_on_the_remote_device(shell, server):

@@ -37,6 +37,7 @@ from ..errors import (
     native_stderr_without,
     reason_sentence,
 )
+from .compile_cache import target_key
 from .cpu_schedules import schedule_kernels
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
@@ -229,7 +230,9 @@ class Build:
         self.stats = stats
         self.pipeline = pipeline_for(options.pipeline, self.target)
         self.checked = checked = options.checked
-        self.persistent = persistent
+        # code for a remote device is never kept on disk: a library loaded from a file cannot be
+        # exported again to be uploaded, and loading it here would run another machine's code
+        self.persistent = persistent if local else None
         self.is_gpu = self.target.kind.name in GPU_KINDS
         # kernels that run in this process, on its CPU: JIT-compiled by LLVM when built
         self._runs_here = local and self.target.kind.name == "llvm"
@@ -237,7 +240,8 @@ class Build:
         # everything that makes two builds of one function differ, beyond the function itself
         checks = "checked" if checked else "unchecked"
         self.key = (
-            f"{self.target} | pipeline {self.pipeline.name} | {checks} | offload {self.offload}"
+            f"{target_key(self.target)} | pipeline {self.pipeline.name} | {checks} | "
+            f"offload {self.offload}"
         )
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None
         # schedules for the pipeline's kernels (tuned, DLight), applied to its output
@@ -272,7 +276,7 @@ class Build:
         def look_up(names, counted: bool) -> None:
             for name in names:
                 built = self._kept(name, funcs[name], counted=counted)
-                if built is None and use_cache and self.local and self.persistent:
+                if built is None and use_cache and self.persistent:
                     built = self._from_disk(name, funcs[name])
                 if built is None:
                     stale[name] = funcs[name]

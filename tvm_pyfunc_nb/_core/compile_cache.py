@@ -2,19 +2,33 @@
 
 A PrimFunc compiled once is saved as a shared library (`export_library`,
 linked by the system C compiler) and loaded back (`tvm.runtime.load_module`)
-by any later kernel instead of being compiled again. An entry is keyed by the
-function's structural hash and name, the target, the host and the versions of
-TVM and of this package; the function's TVMScript is stored with it and
-compared on load, so a hash collision or a changed function is never served.
+by any later kernel instead of being compiled again. An entry is keyed by
+everything that changes the code: the function's structural hash and name,
+the target as it was resolved (`-mcpu` and the CPU features LLVM enables for
+it, so that machines with different CPUs sharing a home directory never
+serve each other's code), the pipeline, offload, the crash guards, the
+PassContext options in effect and the versions of TVM, tvm-ffi and this
+package; the function's TVMScript is stored with it and compared on load, so
+a hash collision or a changed function is never served.
+
+The cache touches only what it wrote: `cache_dir` may be a folder holding
+other files (a home directory, a project), so everything the cache writes
+goes into a folder of its own there, `OWN_DIR`, marked with a `CACHEDIR.TAG`
+(which also tells backup tools to skip it). Clearing, the size bound and the
+sweep of stale temporary files look only at the names the cache gives its
+files in that folder. Entries of an earlier version (directly in
+`cache_dir`) are never read; `clear` removes those whose checksums prove the
+cache wrote them, and nothing else there.
 
 What keeps a bad entry from ever being loaded:
-- only what this user could have written is read, as ssh's `StrictModes`
-  decides: a cache directory (symlinks resolved) that another user owns or
-  that others can write, or one below such a directory, turns the cache off
-  with a notice (`CompileCacheWarning`); an entry another user owns or others
-  can write is ignored. The check runs before every use, so a `chmod` counts
-  at once. Directories the cache creates are private (0700); one that exists
-  is never changed, since it may not be the user's to change;
+- only what this user could have written is read (trust.py): a cache folder
+  that another user owns or that others can write, or one below such a
+  directory, turns the cache off with a notice (`CompileCacheWarning`), and
+  then nothing is read from it, neither a library nor a tuning record; an
+  entry another user owns or others can write is ignored. The check runs
+  before every use, so a `chmod` counts at once. Directories the cache
+  creates are private (0700); one that exists is never changed, since it may
+  not be the user's to change;
 - every file is written under a temporary name, then renamed into place
   (`os.replace`);
 - the library's SHA-256 and size are recorded when it is written, and the
@@ -22,6 +36,10 @@ What keeps a bad entry from ever being loaded:
 - on load the library's bytes are read and checked, and those same bytes,
   copied to a private file, are what `dlopen` sees. An entry that fails any
   check is deleted and its function compiled again.
+
+A write that fails (a full disk, a quota, a read-only or vanished folder)
+costs the entry only: a one-line notice says why, at the next use of the
+cache, the function runs from memory, and the entries already there stay.
 
 PrimFuncs built together (one `tirx.build` of several) share one library:
 each has its own entry, the entries' library files are hard links to one
@@ -45,18 +63,18 @@ import json
 import os
 import platform
 import queue
-import shlex
+import re
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 
 import tvm
@@ -64,13 +82,30 @@ import tvm_ffi
 from tvm.support.cc import get_cc
 
 from ..errors import CompileCacheWarning, TVMModuleError, last_reason
+from .trust import (
+    Exposed,
+    directory_problem,
+    files_problem,
+    make_private,
+    read_own,
+    write_private,
+)
 
-FORMAT = 1
+FORMAT = 2  # 2: the cache's own folder, the complete key
 DEFAULT_MAX_BYTES = 512 * 2**20
 LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
+OWN_DIR = "tvm_pyfunc_nb.cache"  # in `cache_dir`: the cache writes nowhere else
+MARKER = "CACHEDIR.TAG"
+MARK = (
+    b"Signature: 8a477f597d28d172789f06886806bc55\n"
+    b"# The compile cache of tvm_pyfunc_nb: compiled kernels and tuning records.\n"
+    b"# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+TUNING = "tuning"
+ENTRY_NAME = re.compile(r"[0-9a-f]{40}(\.json|\.so)")
+TEMPORARY = (".work-", ".load-", ".entry-")  # the names of the cache's own temporary files
 STALE_TEMP_SECONDS = 3600
-BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
 
 _EXPORTING = threading.Lock()
@@ -99,6 +134,7 @@ class CacheSummary:
     pending: int
     problem: str | None = None
     distrust: str | None = None  # why the cache is off: others could change what it would load
+    earlier: int = 0  # entry files of an earlier version beside the cache's folder
 
     def __repr__(self) -> str:
         trust = (
@@ -115,6 +151,12 @@ class CacheSummary:
             f"{self.rejected} rejected as damaged, stale or writable by others, "
             f"{self.pending} being written",
         ]
+        if self.earlier:
+            lines.append(
+                f"  {self.earlier} file{'s' * (self.earlier != 1)} of an earlier version beside "
+                "it, no longer read "
+                "(%tvmcache clear removes those it can prove it wrote)"
+            )
         if self.problem:
             lines.append(f"  last problem: {self.problem}")
         return "\n".join(lines)
@@ -127,27 +169,31 @@ class _Rejected(Exception):
     """An entry that must not be loaded: damaged, truncated, or not the function asked for."""
 
 
-class _Exposed(Exception):
-    """An entry that must not even be read: another user owns it, or others can write it."""
-
-
 class CompileCache:
-    """Compiled PrimFunc libraries in `directory`, at most `max_bytes` of them.
+    """Compiled PrimFunc libraries and tuning records in `directory`/`OWN_DIR`, at most
+    `max_bytes` of libraries.
 
-    `Build` calls `load` before building a PrimFunc and `store` after.
-    Counters (`hits`, `misses`, `stored`, `rejected`) cover this process.
-    `directory` is kept with its symlinks resolved, once: what is checked is
-    what is read, even if a link is pointed elsewhere later.
+    `Build` calls `load` before building a PrimFunc and `store` after; tuning finds its
+    records' folder with `tuning_directory`. Counters (`hits`, `misses`, `stored`,
+    `rejected`) cover this process. `directory` is kept with its symlinks resolved, once:
+    what is checked is what is read, even if a link is pointed elsewhere later.
     """
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
         given = Path(directory).expanduser().absolute()
-        _make_directory(given)
+        try:
+            make_private(given)
+        except OSError as err:
+            raise TVMModuleError(
+                f"cannot use {given} as the compile cache: {err.strerror or err}"
+            ) from err
         self.directory = given.resolve()
+        self.own_dir = self.directory / OWN_DIR
         self.max_bytes = max_bytes
         self.hits = self.misses = self.stored = self.rejected = 0
         self.problem: str | None = None
         self._noticed: set[str] = set()
+        self._unsaid: list[tuple[str, str]] = []  # notices of the writer thread, for the caller
         self.distrust()  # said now, when the first module is made, rather than at its first call
         self._writer = _Writer()
         self._pending: set[Future] = set()
@@ -160,13 +206,15 @@ class CompileCache:
     ) -> tuple[tvm.runtime.Module, frozenset[str]] | None:
         """The library of `func` built for `target_key` if a verified entry has it, and the
         names of every kernel that library holds (built together); else None."""
-        if self.distrust():
+        self._say_write_failures()
+        context = pass_context()
+        if self.distrust() or context is None:
             return None
         structural_hash = str(tvm_ffi.structural_hash(func))
-        key = entry_key(name, structural_hash, target_key)
+        key = entry_key(name, structural_hash, target_key, context)
         try:
-            loaded = self._load_verified(key, name, structural_hash, target_key, func)
-        except _Exposed as why:
+            loaded = self._load_verified(key, name, structural_hash, target_key, context, func)
+        except Exposed as why:
             self._discard(key)
             self.rejected += 1
             self.problem = f"{name}: entry {key[:12]} ignored ({why}); compiling again"
@@ -199,9 +247,11 @@ class CompileCache:
         background thread, and the entries share the file.
 
         A cache that cannot take an entry never fails the compile that made it: the
-        function is compiled again next time, and `%tvmcache` shows what went wrong.
+        function is compiled again next time, and a notice says why.
         """
-        if self.distrust():
+        self._say_write_failures()
+        context = pass_context()
+        if self.distrust() or context is None:
             return
         records = {}
         for name, func in funcs.items():
@@ -213,11 +263,12 @@ class CompileCache:
                     f"{name}: not cached, its TVMScript does not print ({last_reason(err)})"
                 )
                 continue
-            records[entry_key(name, structural_hash, target_key)] = {
+            records[entry_key(name, structural_hash, target_key, context)] = {
                 "format": FORMAT,
                 "name": name,
                 "members": sorted(funcs),
                 "target": target_key,
+                "pass_context": context,
                 "structural_hash": structural_hash,
                 "environment": environment(),
                 "script": script,
@@ -227,16 +278,63 @@ class CompileCache:
         future = self._writer.submit(self._write, records, lib)
         with self._lock:
             self._pending.add(future)
-        future.add_done_callback(self._done)
+        future.add_done_callback(partial(self._done, sorted(funcs)))
+
+    def tuning_directory(self, name: str, reads: Iterable[str], *, create: bool) -> Path | None:
+        """Folder `name` of the cache's tuning records, whose files `reads` tuning reads back:
+        None when the cache is off or someone else could have written one of those files (a
+        notice says why), or when it cannot be made; without `create`, None when it does not
+        exist. Checked at each call, as entries are."""
+        if self.distrust():
+            return None
+        directory = self.own_dir / TUNING / name
+        problem = directory_problem(directory) or files_problem(directory, reads)
+        if problem:
+            self._notice(
+                problem,
+                f"compile cache: the tuning records in {directory} are not read, since "
+                f"{problem}; tuning results stay in memory",
+            )
+            return None
+        if not create:
+            return directory if directory.is_dir() else None
+        try:
+            self._make_own_dir()
+            make_private(directory)
+        except OSError as err:
+            self._notice(
+                f"tuning {err.errno}",
+                f"compile cache: cannot keep tuning records in {directory} ({err.strerror or err}"
+                "); tuning results stay in memory",
+            )
+            return None
+        return directory
 
     # -- trust ---------------------------------------------------------------------
     def distrust(self) -> str | None:
-        """Why the cache is off, or None: someone else could change the directory or one above
-        it (`directory_problem`), so nothing in it is read and nothing written. Checked at each
-        use, so that a `chmod` counts at once; the notice comes once per reason."""
-        problem = directory_problem(self.directory)
+        """Why the cache is off, or None: someone else could change its folder or one above it
+        (`directory_problem`), or its folder holds files the cache did not write; then nothing
+        in it is read, neither a library nor a tuning record, and nothing written. Checked at
+        each use, so that a `chmod` counts at once; the notice comes once per reason."""
+        problem = self._problem()
         if problem:
-            self._notice(problem, f"compile cache off, every function compiles instead: {problem}")
+            self._notice(
+                problem,
+                "compile cache off, nothing is read from it (no library, no tuning record) and "
+                f"every function compiles instead: {problem}",
+            )
+        return problem
+
+    def _problem(self) -> str | None:
+        problem = directory_problem(self.own_dir)
+        if problem is None and self.own_dir.is_dir() and not (self.own_dir / MARKER).exists():
+            with contextlib.suppress(OSError):
+                if any(self.own_dir.iterdir()):
+                    problem = (
+                        f"{self.own_dir} holds files the cache did not write (it has no {MARKER}). "
+                        "Fix: move them elsewhere, or point TVMModuleMagics.cache_dir at "
+                        "another directory"
+                    )
         return problem
 
     def _notice(self, key: str, message: str) -> None:
@@ -244,7 +342,13 @@ class CompileCache:
         bury the cell's output."""
         if key not in self._noticed:
             self._noticed.add(key)
-            warnings.warn(message, CompileCacheWarning, stacklevel=2)
+            warnings.warn(message, CompileCacheWarning, stacklevel=3)
+
+    def _say_write_failures(self) -> None:
+        """The notices of writes that failed on the writer thread, said by the caller's thread
+        (a warning from the writer would land in whatever cell runs then, or nowhere)."""
+        while self._unsaid:
+            self._notice(*self._unsaid.pop(0))
 
     # -- looking and tidying -----------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -255,6 +359,7 @@ class CompileCache:
             with self._lock:
                 pending = list(self._pending)
             if not pending:
+                self._say_write_failures()
                 return True
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -266,7 +371,7 @@ class CompileCache:
         with self._lock:
             pending = len(self._pending)
         return CacheSummary(
-            str(self.directory),
+            str(self.own_dir),
             len(entries),
             sum(e.size for e in entries),
             self.max_bytes,
@@ -277,26 +382,31 @@ class CompileCache:
             pending,
             self.problem,
             self.distrust(),
+            len(_entry_files(self.directory)),
         )
 
     def clear(self) -> int:
-        """Delete every entry (after pending exports finish); returns how many there were. A
-        cache that is off deletes nothing: its files may be someone else's."""
+        """Delete every entry and tuning record (after pending exports finish), and the entries
+        of an earlier version that `_earlier_own` proves the cache wrote; returns how many
+        entries there were. Nothing else is touched. A cache that is off deletes nothing: its
+        files may be someone else's."""
         self.flush()
         if self.distrust():
             return 0
-        entries = self._entries()
-        for path in self.directory.iterdir():
+        entries = _entry_files(self.own_dir)
+        for path in [*entries, *_temporary_files(self.own_dir), self.own_dir / TUNING]:
             _remove(path)
-        return len(entries)
+        for path in _earlier_own(self.directory):
+            _remove(path)
+        return len({path.stem for path in entries})
 
     # -- loading -------------------------------------------------------------------
     def _load_verified(
-        self, key: str, name: str, structural_hash: str, target_key: str, func
+        self, key: str, name: str, structural_hash: str, target_key: str, context: dict, func
     ) -> tvm.runtime.Module | None:
         record_path, library_path = self._paths(key)
         try:
-            raw = _read_own(record_path)
+            raw = read_own(record_path)
         except FileNotFoundError:
             return None
         record = _parse_record(raw)
@@ -304,6 +414,7 @@ class CompileCache:
             "format": FORMAT,
             "name": name,
             "target": target_key,
+            "pass_context": context,
             "environment": environment(),
             "structural_hash": structural_hash,
         }
@@ -313,7 +424,7 @@ class CompileCache:
         if record.get("script") != func.script():
             raise _Rejected("the stored function is not this one (same hash, different TVMScript)")
         try:
-            library = _read_own(library_path)
+            library = read_own(library_path)
         except FileNotFoundError:
             raise _Rejected("its library file is missing") from None
         if len(library) != record.get("library_bytes") or _sha256(library) != record.get(
@@ -330,13 +441,14 @@ class CompileCache:
         (once for the kernels of one library)."""
         lib = self._opened.get(sha256)
         if lib is None:
-            fd, path = tempfile.mkstemp(dir=self.directory, prefix=".load-", suffix=LIBRARY_SUFFIX)
+            fd, path = tempfile.mkstemp(dir=self.own_dir, prefix=".load-", suffix=LIBRARY_SUFFIX)
             try:
                 with os.fdopen(fd, "wb") as out:
-                    out.write(library)
-                lib = tvm.runtime.load_module(path)
-            except Exception as err:  # passed its checksum but does not load: discard it
-                raise _Rejected(f"it does not load: {last_reason(err)}") from err
+                    out.write(library)  # OSError (a full disk): compiled instead, the entry stays
+                try:
+                    lib = tvm.runtime.load_module(path)
+                except Exception as err:  # passed its checksum but does not load: discard it
+                    raise _Rejected(f"it does not load: {last_reason(err)}") from err
             finally:
                 _remove(Path(path))
         try:
@@ -350,8 +462,11 @@ class CompileCache:
 
     # -- writing (background thread) -----------------------------------------------
     def _write(self, records: dict[str, dict], lib: tvm.runtime.Module) -> None:
-        _make_directory(self.directory)  # again: someone may have deleted it since
-        with tempfile.TemporaryDirectory(dir=self.directory, prefix=".work-") as work:
+        problem = self._problem()  # again: it may have changed since `store`
+        if problem:
+            raise _Rejected(problem)
+        self._make_own_dir()  # again: someone may have deleted it since
+        with tempfile.TemporaryDirectory(dir=self.own_dir, prefix=".work-") as work:
             built = Path(work) / f"library{LIBRARY_SUFFIX}"
             export_library(lib, str(built), fcompile=_link_shared, workspace_dir=work)
             library = built.read_bytes()
@@ -367,21 +482,38 @@ class CompileCache:
                 self.stored += 1
         self._evict()
 
-    def _done(self, future: Future) -> None:
+    def _make_own_dir(self) -> None:
+        """The cache's folder, made private and marked if it is missing or empty."""
+        make_private(self.own_dir)
+        if not (self.own_dir / MARKER).exists() and not any(self.own_dir.iterdir()):
+            write_private(self.own_dir / MARKER, MARK)
+
+    def _done(self, names: list[str], future: Future) -> None:
         with self._lock:
             self._pending.discard(future)
         if future.cancelled():  # dropped at exit: the function is compiled again next time
             return
         err = future.exception()
-        if err is not None:  # a failed export only means this function is compiled again next time
-            self.problem = f"writing an entry failed: {last_reason(err)}"
+        if err is None:
+            return
+        # the function runs from memory and compiles again next time; the entries there stay
+        reason = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) else last_reason(err)
+        self.problem = f"writing an entry failed: {reason}"
+        kind = f"write {err.errno}" if isinstance(err, OSError) else f"write {type(err).__name__}"
+        self._unsaid.append(
+            (
+                kind,
+                f"compile cache: could not store {', '.join(names)} ({reason}); it runs from "
+                "memory and compiles again in the next kernel (writes failing this way are not "
+                "told again)",
+            )
+        )
 
     def _evict(self) -> None:
         """Delete least recently used entries until the cache fits its bound; sweep stale temp
-        files.
-        """
+        files (the cache's own: other kernels may be writing the young ones)."""
         now = time.time()
-        for path in self.directory.glob(".*"):
+        for path in _temporary_files(self.own_dir):
             if now - _mtime(path) > STALE_TEMP_SECONDS:
                 _remove(path)
         entries = sorted(self._entries(), key=lambda e: e.last_used)
@@ -393,7 +525,7 @@ class CompileCache:
 
     # -- files ---------------------------------------------------------------------
     def _paths(self, key: str) -> tuple[Path, Path]:
-        return self.directory / f"{key}{RECORD_SUFFIX}", self.directory / f"{key}{LIBRARY_SUFFIX}"
+        return self.own_dir / f"{key}{RECORD_SUFFIX}", self.own_dir / f"{key}{LIBRARY_SUFFIX}"
 
     def _discard(self, key: str) -> None:
         for path in self._paths(key):
@@ -401,9 +533,7 @@ class CompileCache:
 
     def _entries(self) -> list[_Entry]:
         found: dict[str, _Entry] = {}
-        for path in self.directory.iterdir():
-            if path.name.startswith(".") or path.suffix not in (RECORD_SUFFIX, LIBRARY_SUFFIX):
-                continue
+        for path in _entry_files(self.own_dir):
             try:
                 info = path.stat()
             except FileNotFoundError:
@@ -502,21 +632,54 @@ def _link_shared(output: str, objects: list[str], **_options) -> None:
 
 
 # -- keys ------------------------------------------------------------------------------
-def entry_key(name: str, structural_hash: str, target_key: str) -> str:
+def entry_key(name: str, structural_hash: str, target_key: str, context: dict) -> str:
     """The file name of a PrimFunc's entry: everything that decides what its compiled library is."""
-    parts = [FORMAT, name, target_key, structural_hash, environment()]
+    parts = [FORMAT, name, target_key, structural_hash, context, environment()]
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
+
+
+def target_key(target: tvm.target.Target) -> str:
+    """`target` as it decides the code: its JSON form (with `mcpu` as resolved, never `native`)
+    and, for LLVM, the CPU features LLVM enables for it and for its host, sorted."""
+    parts = [str(target)]
+    for each in (target, target.host):
+        if each is not None and each.kind.name == "llvm":
+            features = tvm.target.codegen.llvm_get_cpu_features(each)
+            parts.append("+" + ",+".join(sorted(features)))
+    return " | ".join(parts)
+
+
+def pass_context() -> dict | None:
+    """The options of the PassContext in effect, which change what a build makes; None when
+    one of them cannot be told apart by its value (a pass or a map given as a config), so that
+    nothing is read or written under it."""
+    context = tvm.transform.PassContext.current()
+    config = {}
+    for name, value in context.config.items():
+        if not isinstance(value, bool | int | float | str):
+            return None
+        config[str(name)] = value
+    return {
+        "opt_level": int(context.opt_level),
+        "required": sorted(map(str, context.required_pass)),
+        "disabled": sorted(map(str, context.disabled_pass)),
+        "config": config,
+    }
 
 
 @cache
 def environment() -> dict[str, str]:
-    """What else shapes a library: TVM, tvm-ffi and this package's versions, and the host."""
+    """What else shapes a library: the versions of TVM (and the commit and LLVM it was built
+    from), tvm-ffi, this package and its crash guards, and the host."""
     from .._version import __version__
     from .crash_guards import GUARDS_VERSION
 
+    built = tvm.support.libinfo()
     return {
         "guards": str(GUARDS_VERSION),
         "tvm": tvm.__version__,
+        "tvm_commit": str(built.get("GIT_COMMIT_HASH", "")),
+        "llvm": str(built.get("LLVM_VERSION", "")),
         "tvm_ffi": tvm_ffi.__version__,
         "tvm_pyfunc_nb": __version__,
         "machine": platform.machine(),
@@ -541,92 +704,41 @@ def _parse_record(raw: bytes) -> dict:
         raise _Rejected(f"its record is unreadable ({type(err).__name__})") from None
 
 
-# -- who could have written it -----------------------------------------------------------
-def directory_problem(directory: Path) -> str | None:
-    """Why someone else could change what is in `directory`, and the fix; None if no one can.
-
-    As ssh's `StrictModes` decides: `directory`, symlinks resolved, must be this user's and
-    writable by no one else, and so must each directory above it, up to the first that root
-    owns and that others cannot write or that is sticky, as /tmp is (others may add files to a
-    sticky directory, but not rename or delete this user's).
-    """
-    real = Path(os.path.realpath(directory))
+# -- whose files -------------------------------------------------------------------------
+def _entry_files(directory: Path) -> list[Path]:
+    """The files in `directory` named as the cache names its entries."""
     try:
-        for path in (real, *real.parents):
-            try:
-                info = path.stat()
-            except FileNotFoundError:  # deleted meanwhile: the next store makes it again, private
-                continue
-            if (
-                path != real
-                and info.st_uid == 0
-                and (info.st_mode & stat.S_ISVTX or not info.st_mode & BY_OTHERS)
-            ):
-                return None
-            why = _exposed(path, info)
-            if why:
-                return f"{why}. Fix: {_fix(path, info, below=path != real)}"
-    except OSError as err:
-        return f"{err.filename} cannot be checked ({err.strerror})"
-    return None
+        return [p for p in directory.iterdir() if ENTRY_NAME.fullmatch(p.name)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
-def _exposed(path: Path, info: os.stat_result) -> str | None:
-    """Why someone other than this user could change file or directory `path`, or None."""
-    mode = stat.S_IMODE(info.st_mode)
-    if info.st_mode & BY_OTHERS:
-        whom = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(
-            info.st_mode & BY_OTHERS, "its group and others"
-        )
-        return f"{path} is writable by {whom} (mode {mode:04o})"
-    if info.st_uid != os.getuid():
-        return f"{path} belongs to another user (uid {info.st_uid}, mode {mode:04o})"
-    return None
+def _temporary_files(directory: Path) -> list[Path]:
+    try:
+        return [p for p in directory.iterdir() if p.name.startswith(TEMPORARY)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
-def _fix(path: Path, info: os.stat_result, *, below: bool) -> str:
-    """What the user can do: make their own directory private, or use another one."""
-    elsewhere = "point TVMModuleMagics.cache_dir at a directory only you can write"
-    if info.st_uid != os.getuid():
-        return elsewhere
-    return f"chmod {'go-w' if below else '700'} {shlex.quote(str(path))}, or {elsewhere}"
-
-
-def _read_own(path: Path) -> bytes:
-    """The bytes of entry file `path`, if no one but this user could have written them.
-
-    The file checked is the file read (its open descriptor is checked), and a symlink is not
-    followed.
-    """
-    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
-        why = _exposed(path, os.fstat(file.fileno()))
-        if why:
-            raise _Exposed(why)
-        return file.read()
+def _earlier_own(directory: Path) -> list[Path]:
+    """The entry files an earlier version of the cache wrote directly in `directory`, as far as
+    their checksums prove it: a record whose own checksum holds and the library whose SHA-256
+    it recorded. A file merely named like an entry is not deleted."""
+    proven = []
+    for record in directory.glob(f"*{RECORD_SUFFIX}"):
+        if not ENTRY_NAME.fullmatch(record.name):
+            continue
+        library = record.with_suffix(LIBRARY_SUFFIX)
+        try:
+            recorded = _parse_record(read_own(record)).get("library_sha256")
+            if recorded and _sha256(read_own(library)) == recorded:
+                proven += [record, library]
+        except (_Rejected, Exposed, OSError):
+            continue
+    return proven
 
 
 # -- small file helpers ------------------------------------------------------------------
-def _make_directory(directory: Path) -> None:
-    """Create `directory` and those above it that are missing, each private (0700).
-
-    A directory that exists is left as it is, even one open to others: it may not be this
-    user's to change, and `directory_problem` says whether the cache may use it.
-    """
-    try:
-        missing = []
-        for path in (directory, *directory.parents):
-            if path.exists():
-                break
-            missing.append(path)
-        for path in reversed(missing):
-            with contextlib.suppress(FileExistsError):  # made meanwhile by someone else: not ours
-                path.mkdir(mode=0o700)
-    except OSError as err:
-        raise TVMModuleError(
-            f"cannot use {directory} as the compile cache: {err.strerror or err}"
-        ) from err
-
-
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -635,7 +747,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".entry-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             out.write(data)
@@ -646,13 +758,13 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def _remove(path: Path) -> None:
-    try:
+    """Delete `path` if it can be: a read-only cache keeps what it has, and a caller that
+    discards an entry goes on (it compiles instead)."""
+    with contextlib.suppress(OSError):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def _touch(path: Path) -> None:

@@ -8,9 +8,10 @@ instead, every time the function compiles:
 - `KernelSchedules` holds what a live module applies after its pipeline: a
   MetaSchedule database (kernels found in it by structural hash get their best
   schedule) and the Relax functions whose kernels DLight schedules. The
-  database lives in the compile cache's directory, so a new kernel process (or
+  database lives in the compile cache's folder, so a new kernel process (or
   a new module of the same name) uses the tuned schedules at its first compile;
-  without a compile cache it lives in memory, for this module only.
+  it is read only if no one else could have written it (trust.py), and without
+  a compile cache, or with one refused, it lives in memory, for this module only.
 - `tune_function` tunes the kernels of one function together: one MetaSchedule
   task per distinct kernel (deduplicated by structural hash, weighted by how
   often the function calls it), TVM's gradient task scheduler sharing the
@@ -25,13 +26,13 @@ database has its new structure too.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import tvm
@@ -39,11 +40,12 @@ import tvm_ffi
 from tvm import relax
 
 from ..errors import CallError, CompileError, ScheduleError, last_reason
-from . import front_end
+from . import front_end, trust
 from .cells import RELAX
 from .cpu_schedules import default_schedule_of, vector_lanes
 from .front_end import Progress
 from .scheduling import (
+    RECORD_FILES,
     _import_tensor_intrinsics,
     _in_process_builder,
     _in_process_runner,
@@ -51,13 +53,15 @@ from .scheduling import (
     _tuning_target,
     dlight_rules,
     measured_seconds,
+    target_digest,
+    tuning_database,
 )
 
 if TYPE_CHECKING:
     from .live_module import LiveModule
 
 WORKLOAD = "main"  # a kernel's name inside its MetaSchedule workload
-RECORDS = "database_tuning_record.json"  # what JSONDatabase writes in its directory
+RECORDS = RECORD_FILES[1]  # the tuning records of a JSONDatabase
 SCHEDULED = "tirx.is_scheduled"
 
 
@@ -88,40 +92,47 @@ def _as_kernel(scheduled: tvm.tirx.PrimFunc, name: str) -> tvm.tirx.PrimFunc:
     return scheduled.with_attr("global_symbol", name).with_attr(SCHEDULED, True)
 
 
-def schedules_dir(persistent, module_name: str, target: tvm.target.Target) -> str | None:
-    """Where module `module_name` keeps the tuning database of its Relax functions' kernels:
-    in the compile cache `persistent` (None: no cache, the database stays in memory)."""
+def schedules_dir(
+    persistent, module_name: str, target: tvm.target.Target
+) -> Callable[..., Path | None] | None:
+    """Where module `module_name` keeps the tuning database of its Relax functions' kernels: a
+    function that finds its folder in the compile cache `persistent` at each use (None when the
+    cache refuses it, `CompileCache.tuning_directory`), or None: no cache, the database stays in
+    memory."""
     if persistent is None:
         return None
-    digest = hashlib.sha256(str(target).encode()).hexdigest()[:12]
-    return os.path.join(str(persistent.directory), "tuning", f"{module_name}.relax-{digest}")
+    folder = f"{module_name}.relax-{target_digest(target)}"
+    return partial(persistent.tuning_directory, folder, RECORD_FILES)
 
 
 # -- what the build applies after the pipeline ------------------------------------------------
 class KernelSchedules:
     """The schedules a live module applies to the kernels its pipeline makes.
 
-    `directory` holds the MetaSchedule database (None: kept in memory); `dlight`
-    names the Relax functions whose remaining kernels DLight schedules.
+    `place(create=...)` finds the folder of the MetaSchedule database (`schedules_dir`; None:
+    kept in memory); `directory` is where the database is, once open; `dlight` names the Relax
+    functions whose remaining kernels DLight schedules.
     """
 
-    def __init__(self, directory: str | None, target: tvm.target.Target):
-        self.directory = directory
+    def __init__(self, place: Callable[..., Path | None] | None, target: tvm.target.Target):
+        self.place = place
+        self.directory: Path | None = None
         self.target = target
         self.dlight: set[str] = set()
         self._database = None
 
     def database(self, *, create: bool = False):
-        """The tuning database, loaded from disk once; None if nothing was ever tuned."""
+        """The tuning database, read from disk once, from a folder that passed the trust test
+        then (asked again at each call until there is one); None if nothing was ever tuned."""
         if self._database is None:
             from tvm.s_tir import meta_schedule as ms
 
-            if self.directory is None:
-                if create:
-                    self._database = ms.database.MemoryDatabase()
-            elif create or os.path.exists(os.path.join(self.directory, RECORDS)):
-                os.makedirs(self.directory, mode=0o700, exist_ok=True)
-                self._database = ms.database.JSONDatabase(work_dir=self.directory)
+            directory = self.place(create=create) if self.place else None
+            if directory is not None and (create or (directory / RECORDS).exists()):
+                self._database = tuning_database(str(directory))
+                self.directory = directory
+            elif create:
+                self._database = ms.database.MemoryDatabase()
         return self._database
 
     def dlight_kernels_of(self, lowered: tvm.IRModule, fn: str) -> list[str]:
@@ -338,7 +349,7 @@ def tune_function(
         kept_now,
         time.perf_counter() - start,
         tuple(rows),
-        schedules.directory or "in memory",
+        str(schedules.directory or "in memory"),
     )
 
 
@@ -349,7 +360,7 @@ def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None
     from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
 
     _import_tensor_intrinsics()
-    work_dir = directory or tempfile.mkdtemp(prefix="tvm-pyfunc-nb-tune-")
+    work_dir = str(directory or trust.temporary_directory())  # MetaSchedule's logs
     extracted = [
         ms.ExtractedTask(t.names[0], t.workload, target, [t.workload], t.calls) for t in tasks
     ]

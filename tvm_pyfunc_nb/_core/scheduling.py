@@ -8,8 +8,9 @@
   for the user to apply primitives: split, reorder, vectorize, parallel...
 - `tune` runs MetaSchedule: builds and runs each candidate in this process
   (no worker pools), reports every measured trial to a progress reporter, and
-  keeps its database in a directory of its own, so running it again with the
-  trials already measured applies the best one without tuning again.
+  keeps its database in a directory of its own (in the compile cache, else one
+  of this process alone), so running it again with the trials already measured
+  applies the best one without tuning again.
 
 The result is a new PrimFunc; the live module makes it a contribution of its
 own that replaces the kernel until the kernel's cell runs again.
@@ -18,20 +19,23 @@ own that replaces the kernel until the kernel's cell runs again.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import tempfile
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import tvm
 import tvm_ffi
 
 from ..errors import CallError, ScheduleError, last_reason
-from . import front_end
+from . import front_end, trust
 from .cells import PRIMFUNC, FunctionSource
+from .compile_cache import target_key
 from .contributions import Contribution, FunctionEntry, next_run
 from .front_end import Progress
 from .importing import typed_global_var
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
 
 # the kernel's name inside the schedule, so that block lookups need no func_name
 SCHEDULED_NAME = "main"
+# what a MetaSchedule JSON database reads back from its directory
+RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
 def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm.tirx.PrimFunc:
@@ -142,7 +148,7 @@ def tuned(
     _import_tensor_intrinsics()
     mod = _normalize_mod(func)  # the workload as MetaSchedule files it (`main`, noalias)
     tuning_target = _tuning_target(target)
-    database = ms.database.JSONDatabase(work_dir=work_dir)
+    database = tuning_database(work_dir)
     kept = _kept_trials(database, mod)
     todo = max(0, trials - kept)
     if todo:
@@ -158,6 +164,7 @@ def tuned(
                     num_trials_per_iter=min(8, todo),
                     builder=_in_process_builder(),
                     runner=_in_process_runner(),
+                    database=database,
                     cost_model="random",
                     seed=0,
                     num_tuning_cores=os.cpu_count() or 1,
@@ -181,19 +188,36 @@ def tuned(
     return schedule.mod[SCHEDULED_NAME], report
 
 
-def work_dir_for(
-    cache_dir: str | None, name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target
-) -> str:
-    """Where the tuning database of `func` lives: in the compile cache's directory if any."""
-    base = (
-        os.path.join(cache_dir, "tuning")
-        if cache_dir
-        else os.path.join(tempfile.gettempdir(), f"tvm-pyfunc-nb-tuning-{os.getuid()}")
-    )
+def work_dir_for(persistent, name: str, func: tvm.tirx.PrimFunc, target: tvm.target.Target) -> str:
+    """Where the tuning records of `func` live: in the compile cache `persistent` when it may be
+    read (`CompileCache.tuning_directory` says why not), else in a directory of this process
+    alone; never in a predictable shared path, where anyone could plant a record."""
     key = tvm_ffi.structural_hash(tvm.IRModule({SCHEDULED_NAME: func})) & 0xFFFFFFFFFFFF
-    path = os.path.join(base, f"{name}-{key:012x}-{target.kind.name}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
+    folder = f"{name}-{key:012x}-{target_digest(target)}"
+    if persistent is not None:
+        directory = persistent.tuning_directory(folder, RECORD_FILES, create=True)
+        if directory is not None:
+            return str(directory)
+    directory = trust.temporary_directory() / "tuning" / folder
+    trust.make_private(directory)
+    return str(directory)
+
+
+def target_digest(target: tvm.target.Target) -> str:
+    """Part of the name of a tuning database's folder: a schedule tuned for one CPU (its vector
+    width, its tensor intrinsics) is not one for another."""
+    return hashlib.sha256(target_key(target).encode()).hexdigest()[:12]
+
+
+def tuning_database(work_dir: str):
+    """The MetaSchedule database kept in `work_dir`, its files made private first: MetaSchedule
+    would make them with the umask's mode, which may let the group write them (umask 002), and
+    then they would not be trusted."""
+    from tvm.s_tir import meta_schedule as ms
+
+    for name in RECORD_FILES:
+        trust.write_private(Path(work_dir) / name, b"")
+    return ms.database.JSONDatabase(work_dir=work_dir)
 
 
 def _kept_trials(database, mod: tvm.IRModule) -> int:
@@ -383,8 +407,7 @@ def tune(live: LiveModule, kernel: str, trials: int) -> tuple[Contribution, Tuni
         raise CallError("tune: trials must be a positive number", function=kernel)
     original = _original(live, live.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
     build = live._compiler.build
-    cache_dir = str(build.persistent.directory) if build.persistent else None
-    work_dir = work_dir_for(cache_dir, kernel, original.func, build.target)
+    work_dir = work_dir_for(build.persistent, kernel, original.func, build.target)
     func, report = tuned(
         original.func,
         kernel,
