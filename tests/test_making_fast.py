@@ -32,6 +32,7 @@ from tvm_pyfunc_nb import (
     TVMModuleError,
 )
 from tvm_pyfunc_nb._core import build, lowering
+from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
 from tvm_pyfunc_nb.errors import native_stderr_without
 
 # -- cells -----------------------------------------------------------------------------------------
@@ -503,7 +504,7 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
     assert ended.update and ended.data["text/plain"].startswith("tuning mm: 4 of 4 · best ")
     assert report.trials_run == 4 and report.trials_kept >= 4, report
     assert report.best_seconds is not None and report.best_seconds > 0, report
-    assert report.work_dir.startswith(str(tmp_path / "cache" / "tuning")), report
+    assert report.work_dir.startswith(str(tmp_path / "cache" / OWN_DIR / "tuning")), report
     assert "4 trials measured now" in repr(report)
     assert any(Path(report.work_dir).iterdir())  # the database is on disk
     assert not tvm_ffi.structural_equal(demo.ir_mod["mm"], original)

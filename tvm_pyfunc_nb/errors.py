@@ -88,8 +88,9 @@ class PyFuncError(TVMModuleError):
 
 
 class CompileCacheWarning(UserWarning):
-    """The compile cache will not load code that someone else could have written: it is off, or
-    it ignored an entry. Nothing fails; the functions it would have served compile instead."""
+    """The compile cache will not load code that someone else could have written (it is off, or
+    it ignored an entry or a folder of tuning records), or it could not store an entry. Nothing
+    fails: the functions it would have served compile instead, tuning results stay in memory."""
 
 
 def _compose(message: str, function: str | None, line: int | None) -> str:
