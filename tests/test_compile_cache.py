@@ -29,7 +29,7 @@ from IPython.core.error import UsageError
 from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
-from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, _magics
+from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
 from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
 from tvm_pyfunc_nb._core.function_tuning import _unscheduled, kernel_tasks
 from tvm_pyfunc_nb._core.scheduling import (
@@ -665,6 +665,32 @@ def test_a_tuning_record_others_could_have_planted_is_never_applied(tmp_path, ex
         assert not applied(CompileCache(tmp_path))
     [notice] = cache_notices(caught)
     assert why in notice, notice
+
+
+def test_a_tuning_database_cut_short_leaves_the_module_working(tmp_path):
+    """A full disk while MetaSchedule appended a record leaves half a line: compiles go on with
+    the default schedules (a notice says why), and `tune` says which files to delete."""
+    cache = CompileCache(tmp_path)
+    place, _ = plant(cache, int8_results)
+    workload = place / "database_workload.json"
+    workload.write_text(workload.read_text()[:40])
+    with pytest.warns(CompileCacheWarning) as caught:
+        assert not applied(CompileCache(tmp_path))
+    [notice] = cache_notices(caught)
+    assert f"the tuning records in {place} cannot be read (" in notice, notice
+
+    live = add_module(cache)
+    key = tvm_ffi.structural_hash(tvm.IRModule({"main": live.ir_mod["add_tir"]})) & 0xFFFFFFFFFFFF
+    target = live._compiler.build.target
+    folder = f"add_tir-{key:012x}-{target_digest(target)}"
+    cut = cache.tuning_directory(folder, (), create=True)
+    (cut / "database_workload.json").write_text('["cut sh')
+    with pytest.raises(ScheduleError) as failed:
+        live.tune("add_tir", trials=1)
+    assert f"its tuning records in {cut} cannot be read" in str(failed.value)
+    out = torch.empty(5)
+    live.add_tir(X, Y, out)
+    assert torch.equal(out, X + Y)
 
 
 def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):

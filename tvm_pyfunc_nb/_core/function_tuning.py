@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import CallError, CompileError, ScheduleError, last_reason
+from ..errors import CallError, CompileCacheWarning, CompileError, ScheduleError, last_reason
 from . import front_end, trust
 from .cells import RELAX
 from .cpu_schedules import default_schedule_of, vector_lanes
@@ -129,9 +130,19 @@ class KernelSchedules:
 
             directory = self.place(create=create) if self.place else None
             if directory is not None and (create or (directory / RECORDS).exists()):
-                self._database = tuning_database(str(directory))
-                self.directory = directory
-            elif create:
+                try:
+                    self._database = tuning_database(str(directory))
+                    self.directory = directory
+                except Exception as err:  # a record cut short by a full disk; an OSError
+                    self.place = None  # this module keeps its schedules in memory from now on
+                    warnings.warn(
+                        f"compile cache: the tuning records in {directory} cannot be read "
+                        f"({last_reason(err)}); kernels compile with their default schedules "
+                        "and tuning results stay in memory",
+                        CompileCacheWarning,
+                        stacklevel=2,
+                    )
+            if self._database is None and create:
                 self._database = ms.database.MemoryDatabase()
         return self._database
 

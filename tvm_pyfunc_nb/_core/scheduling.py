@@ -145,10 +145,17 @@ def tuned(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
+    try:
+        database = tuning_database(work_dir)
+    except Exception as err:  # a record cut short by a full disk (TVM's RuntimeError), OSError
+        raise ScheduleError(
+            f"its tuning records in {work_dir} cannot be read ({last_reason(err)}); delete "
+            "them to tune it again",
+            function=name,
+        ) from err
     _import_tensor_intrinsics()
     mod = _normalize_mod(func)  # the workload as MetaSchedule files it (`main`, noalias)
     tuning_target = _tuning_target(target)
-    database = tuning_database(work_dir)
     kept = _kept_trials(database, mod)
     todo = max(0, trials - kept)
     if todo:
