@@ -37,7 +37,7 @@ from ..errors import (
     native_stderr_without,
     reason_sentence,
 )
-from .compile_cache import target_key
+from .compile_cache import code_target
 from .cpu_schedules import schedule_kernels
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
@@ -240,7 +240,7 @@ class Build:
         # everything that makes two builds of one function differ, beyond the function itself
         checks = "checked" if checked else "unchecked"
         self.key = (
-            f"{target_key(self.target)} | pipeline {self.pipeline.name} | {checks} | "
+            f"{code_target(self.target)} | pipeline {self.pipeline.name} | {checks} | "
             f"offload {self.offload}"
         )
         self.on_compile: Callable[[str, tuple[str, ...]], AbstractContextManager] | None = None

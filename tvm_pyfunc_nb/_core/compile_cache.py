@@ -638,7 +638,7 @@ def entry_key(name: str, structural_hash: str, target_key: str, context: dict) -
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:40]
 
 
-def target_key(target: tvm.target.Target) -> str:
+def code_target(target: tvm.target.Target) -> str:
     """`target` as it decides the code: its JSON form (with `mcpu` as resolved, never `native`)
     and, for LLVM, the CPU features LLVM enables for it and for its host, sorted."""
     parts = [str(target)]

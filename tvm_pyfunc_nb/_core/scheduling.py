@@ -35,7 +35,7 @@ import tvm_ffi
 from ..errors import CallError, ScheduleError, last_reason
 from . import front_end, trust
 from .cells import PRIMFUNC, FunctionSource
-from .compile_cache import target_key
+from .compile_cache import code_target
 from .contributions import Contribution, FunctionEntry, next_run
 from .front_end import Progress
 from .importing import typed_global_var
@@ -213,7 +213,7 @@ def work_dir_for(persistent, name: str, func: tvm.tirx.PrimFunc, target: tvm.tar
 def target_digest(target: tvm.target.Target) -> str:
     """Part of the name of a tuning database's folder: a schedule tuned for one CPU (its vector
     width, its tensor intrinsics) is not one for another."""
-    return hashlib.sha256(target_key(target).encode()).hexdigest()[:12]
+    return hashlib.sha256(code_target(target).encode()).hexdigest()[:12]
 
 
 def tuning_database(work_dir: str):
