@@ -33,7 +33,7 @@ SECONDS = {
     "tests/test_making_fast.py": 61,
     "notebooks/08_make_it_fast.ipynb": 55,
     "tests/test_long_session.py": 53,
-    "tests/test_compile_cache.py": 46,
+    "tests/test_compile_cache.py": 51,
     "tests/test_first_hour.py": 43,
     "tests/test_offload.py": 31,
     "notebooks/09_another_machine.ipynb": 31,
