@@ -30,7 +30,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CallError, LiveModule
-from tvm_pyfunc_nb._views import registry
+from tvm_pyfunc_nb._views import notebook_front_end
 from tvm_pyfunc_nb.errors import ModelImportError
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
@@ -443,7 +443,7 @@ def both(self, x):
     assert any(row[0] == "twice" for row in m.stats.rows())
 
     # the widget: a tab per function, added ones included, and the text twin
-    widget = registry.module_view(m)
+    widget = notebook_front_end.module_view(m)
     try:
         assert [p.name for p in widget.panes] == ["twice", "inc", "cube", "use", "both"]
     finally:

@@ -210,14 +210,15 @@ def _positional(name: str, kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) -> insp
     return inspect.Parameter(name if name.isidentifier() else f"arg_{name}", kind)
 
 
-def call_tir(live, tir_func, args, out_ty, out_sinfo):
-    """Allocate the outputs `out_ty` describes, then call PrimFunc `tir_func` of `live`."""
+def call_tir(entry_of: Callable, table: CallTable, tir_func, args, out_ty, out_sinfo):
+    """Allocate the outputs `out_ty` describes, then call PrimFunc `tir_func` (its entry from
+    `entry_of`, its callable from `table`)."""
     name = function_name(tir_func)
-    entry = live.entry(name, kind=PRIMFUNC, needed_by="call_tir")
+    entry = entry_of(name, kind=PRIMFUNC, needed_by="call_tir")
     out_ty = out_ty_of(out_ty, out_sinfo, "call_tir", name)
     args = list(args) if isinstance(args, (list, tuple)) else [args]
     outputs = allocate_outputs(entry.func, name, args, out_ty)
-    live._calls.handle(name)(*args, *outputs)
+    table.handle(name)(*args, *outputs)
     return outputs[0] if len(outputs) == 1 else outputs
 
 

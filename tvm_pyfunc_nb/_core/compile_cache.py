@@ -64,9 +64,10 @@ import tvm_ffi
 from tvm.support.cc import get_cc
 
 from ..errors import CompileCacheWarning, TVMModuleError, last_reason
+from .options import default_of
 
 FORMAT = 1
-DEFAULT_MAX_BYTES = 512 * 2**20
+DEFAULT_MAX_BYTES = default_of("cache_max_mb") * 2**20
 LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
 STALE_TEMP_SECONDS = 3600

@@ -38,7 +38,8 @@ class UpstreamInterface:
     def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
         """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function);
         `out_sinfo=` is TVM's spelling before 0.27."""
-        return call_tir(self, tir_func, args, out_ty, out_sinfo)
+        parts = self._parts
+        return call_tir(parts.entry, parts.calls, tir_func, args, out_ty, out_sinfo)
 
     def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
         """Call global packed function `name` destination-passing style, as upstream does: the
@@ -54,7 +55,8 @@ class UpstreamInterface:
     def call_py_func(self, name: str, args):
         """Call pyfunc `name` with `args` (a list or tuple), `self` being this live module."""
         self.entry(name, kind=PYFUNC, needed_by="call_py_func")
-        return self._calls.handle(name)(*(args if isinstance(args, (list, tuple)) else [args]))
+        args = args if isinstance(args, (list, tuple)) else [args]
+        return self._parts.calls.handle(name)(*args)
 
     @staticmethod
     def _convert_pytorch_to_tvm(tensors):
