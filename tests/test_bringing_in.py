@@ -21,7 +21,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from cells import SCALE_PYFUNC
+from cells import PAIR, SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
@@ -550,7 +550,9 @@ def test_a_model_torch_export_cannot_export_raises_model_import_error(shell, mod
     intact.assert_intact()
     assert "branchy" not in nets.functions
     # and the module keeps going op by op with the model it did import
-    assert nets.compare("mlp", models["mlp"], x).ops is not None
+    comparison = nets.compare("mlp", models["mlp"], x)
+    assert comparison.passed and comparison.first_divergence is None
+    assert sum(check.diff is not None for check in comparison.ops) >= 3  # its linears and relus
 
 
 # -- edit_text and edit ----------------------------------------------------------------------
@@ -718,18 +720,7 @@ def test_trace_values_is_the_mappings_values(shell):
 
 # -- compare ---------------------------------------------------------------------------------
 def test_compare_gives_each_outputs_largest_errors_and_verdict(shell):
-    shell.cell(
-        "c",
-        """
-@R.function
-def pair(
-    x: R.Tensor((3,), "float32")
-) -> R.Tuple(R.Tensor((3,), "float32"), R.Tensor((3,), "float32")):
-    a = R.add(x, x)
-    b = R.multiply(x, x)
-    return (a, b)
-""",
-    )
+    shell.cell("c", PAIR)
     c = shell.ns["c"]
     x = torch.tensor([1.0, 2.0, 3.0])
     comparison = c.compare("pair", lambda t: (t + t, t * t + 0.5), x)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import TVMModuleError
 
@@ -25,8 +26,12 @@ def test_config_sets_defaults_and_options_override_them(shell):
 
 
 def test_quiet_shows_nothing(shell):
-    assert shell.cell("demo", SCALE_PYFUNC, options="--quiet") is None
-    assert shell.cell("demo", SCALE_PYFUNC) is not None
+    with capture_output() as quiet:
+        shell.cell("demo", SCALE_PYFUNC, options="--quiet")
+    with capture_output() as shown:
+        shell.cell("demo", SCALE_PYFUNC)
+    assert quiet.outputs == [] and quiet.stdout == "" and quiet.stderr == ""
+    assert len(shown.outputs) == 1  # without --quiet, the cell's view
 
 
 def test_device_and_target_options(shell):

@@ -118,6 +118,16 @@ def test_trace_still_shows_every_binding_of_an_offloaded_function(shell):
     assert torch.allclose(trace.output, torch_mlp(*args), atol=1e-5)
 
 
+def convnet_module(shell, model: torch.nn.Module, image: torch.Tensor, options: str = ""):
+    """Live module `net` made with `options`, `model` added to it, its numbers `model`'s."""
+    shell.run(f"%tvmmodule net {options}")
+    net = shell.ns["net"]
+    net.add_torch(model, (image,))
+    with torch.no_grad():
+        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    return net
+
+
 def test_an_imported_model_offloaded_matches_pytorch_op_by_op(shell):
     torch.manual_seed(0)
     model = ConvNet().eval()
@@ -125,11 +135,7 @@ def test_an_imported_model_offloaded_matches_pytorch_op_by_op(shell):
         model.norm.running_mean.uniform_(-0.5, 0.5)
         model.norm.running_var.uniform_(0.5, 1.5)
     image = torch.randn(1, 3, 16, 16)
-    shell.run("%tvmmodule net --offload torch")
-    net = shell.ns["net"]
-    net.add_torch(model, (image,))
-    with torch.no_grad():
-        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    net = convnet_module(shell, model, image, "--offload torch")
     kernels = net.kernels("main")
     assert kernels.count("torch.conv2d") == 2 and kernels.count("torch.linear") == 1
     assert any("batch_norm" in k and "relu" in k for k in kernels)  # TVM fused the rest
@@ -160,7 +166,7 @@ def test_offload_from_config_and_its_mistakes(shell):
         shell.cell("configured", MLP)
         assert shell.ns["configured"].options.offload == "torch"
         # never mixed in the cache
-        assert "offload torch" in shell.ns["configured"]._compiler.build.key
+        assert "offload torch" in shell.ns["configured"]._parts.build.key
     finally:
         shell.run("%config TVMModuleMagics.offload = 'none'")
     err = shell.cell("typo", MLP, options="--offload pytorch", expect_error=TVMModuleError)
@@ -217,11 +223,7 @@ print(torch.from_dlpack(vm["mlp"](*args)).sum().item())
 def test_the_default_schedules_a_convolution_too(shell):
     torch.manual_seed(0)
     model, image = ConvNet().eval(), torch.randn(1, 3, 16, 16)
-    shell.run("%tvmmodule net")
-    net = shell.ns["net"]
-    net.add_torch(model, (image,))
-    with torch.no_grad():
-        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    net = convnet_module(shell, model, image)
     lowered = net.lowered("main")
     conv = lowered[lowered.index("def conv2d(") :]
     conv = conv[: conv.index("@T.prim_func")] if "@T.prim_func" in conv else conv
