@@ -82,7 +82,7 @@ def test_output_types_in_every_spelling():
     assert output_specs([(2,), relax.TensorType((4,), "int32")])[1] == ([4], "int32")
     with pytest.raises(CallError, match="has no shape to allocate"):
         output_specs(relax.TensorType(ndim=2, dtype="float32"))
-    with pytest.raises(CallError, match="out_ty must be R.Tensor"):
+    with pytest.raises(CallError, match=r"out_ty must be R\.Tensor"):
         output_specs("float32")
 
 

@@ -88,3 +88,15 @@ def test_long_work_is_reported_to_the_installed_front_end(demo):
     finally:
         front_end_port.install(previous)
     assert reported == [(demo, "tuning k", 8, "trials")]
+
+
+def test_a_function_named_like_the_modules_own_attribute_is_still_the_one_timed_and_compared():
+    """`NAME.kernels` is the method; `time`, `compare` and `get_function` of a function named
+    `kernels` are the function's (they called the method, which raised TVM's own error)."""
+    live = LiveModule("shadow")
+    result = live.run_cell("@I.pyfunc\ndef kernels(self, x):\n    return x * 3\n")
+    assert result.shadowed == ["kernels"]
+    assert torch.equal(live.get_function("kernels")(X), X * 3)
+    assert live.compare("kernels", lambda t: t * 3, X).passed
+    assert live.time("kernels", X, number=1, repeat=1).function.what == "kernels"
+    live.close()

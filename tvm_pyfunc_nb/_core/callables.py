@@ -185,6 +185,23 @@ def run_compiled(entry: FunctionEntry, function, args: tuple, *, device) -> Any:
     return to_torch(out)
 
 
+class LazyCallable:
+    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
+    hands over to the fast path."""
+
+    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
+        self._calls, self._module, self._kind = calls, module, entry.kind
+        self.__name__ = entry.name
+        self.__signature__ = signature_of(entry)
+        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
+
+    def __call__(self, *args, **kwargs):
+        return self._calls.handle(self.__name__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} {self._module}.{self.__name__}>"
+
+
 def _describe(call: Callable, entry: FunctionEntry) -> None:
     """Give a handle the function's name, docstring and real parameters (`help`, completion)."""
     call.__name__ = call.__qualname__ = entry.name

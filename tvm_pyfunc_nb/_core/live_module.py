@@ -26,7 +26,6 @@ end (front_end_port.py) is asked for what needs one.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,7 +44,7 @@ from . import (
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import Build, CompileRecord, CompileStats
 from .call_table import CallTable, RecordView
-from .callables import signature_of
+from .callables import LazyCallable
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
@@ -362,20 +361,3 @@ class LiveModule(UpstreamInterface):
 
 def _what(obj) -> str:
     return f"{len(obj)} functions" if isinstance(obj, (list, tuple)) else type(obj).__name__
-
-
-class LazyCallable:
-    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
-    hands over to the fast path."""
-
-    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
-        self._calls, self._module, self._kind = calls, module, entry.kind
-        self.__name__ = entry.name
-        self.__signature__ = signature_of(entry)
-        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
-
-    def __call__(self, *args, **kwargs):
-        return self._calls.handle(self.__name__)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<{self._kind} {self._module}.{self.__name__}>"

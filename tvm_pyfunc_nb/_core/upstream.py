@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .arguments import out_ty_of
-from .callables import call_dps_packed, call_tir
+from .callables import LazyCallable, call_dps_packed, call_tir
 from .cells import PRIMFUNC, PYFUNC
 from .tensors import to_torch, to_tvm_tensor
 
@@ -31,8 +31,11 @@ class UpstreamInterface:
         return listed
 
     def get_function(self, name: str) -> Callable:
-        """As upstream `BasePyModule.get_function(name)`: the callable of function `name`."""
-        self.entry(name)
+        """As upstream `BasePyModule.get_function(name)`: the callable of function `name` (also
+        where the module's own attribute takes the name: `NAME.kernels` is the method)."""
+        entry = self.entry(name)
+        if name in self._own_names:
+            return LazyCallable(self._parts.calls, self.name, entry)
         return getattr(self, name)
 
     def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
