@@ -123,7 +123,7 @@ def measure(number: int, repeat: int, rounds: int, trials: int) -> dict:
         return compare(mm, "matmul", (a, b, c), torch_matmul, number, repeat, rounds)
 
     out: dict = {
-        "target": str(mm._compiler.build.target),
+        "target": str(mm._parts.target),
         "torch_threads": torch.get_num_threads(),
     }
     out["naive"] = timed_matmul()

@@ -121,7 +121,8 @@ def per_op(live, fn: str, args) -> list[tuple[str, float]]:
     figure carries the hook's own overhead (about a microsecond)."""
     import tvm
 
-    vm = live._compiler.linked_for(live._state, fn).vm(live.device)
+    parts = live._parts
+    vm = parts.compiler.linked_for(parts.state, fn).vm(live.device)
     spent: dict[str, list[float]] = collections.defaultdict(list)
     started: dict[str, float] = {}
 

@@ -1,15 +1,44 @@
 """Cell bodies shared by the tests: the seed example of the product, as a user types it."""
 
-ADD_TIR = """
-@T.prim_func
-def add_tir(a: T.handle, b: T.handle, c: T.handle):
+import textwrap
+
+
+def elementwise_kernel(
+    name: str, value: str, *, b_dtype: str = "float32", decorator: str = "@T.prim_func"
+) -> str:
+    """PrimFunc `name(a, b, c)` over `n` elements: `C[i] = value`, of `A`, `B` and `i`."""
+    return f"""
+{decorator}
+def {name}(a: T.handle, b: T.handle, c: T.handle):
     n = T.int64()
     A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "float32")
+    B = T.match_buffer(b, (n,), "{b_dtype}")
     C = T.match_buffer(c, (n,), "float32")
     for i in range(n):
-        C[i] = A[i] + B[i]
+        C[i] = {value}
 """
+
+
+def ir_module_class(name: str, *members: str) -> str:
+    """One cell of the class form: `@I.ir_module class name(BasePyModule):` holding the
+    functions of `members` (cell bodies)."""
+    body = "".join(textwrap.indent(member, "    ") for member in members)
+    return f"\n@I.ir_module\nclass {name}(BasePyModule):{body}"
+
+
+def vector_relax(name: str, body: str) -> str:
+    """Relax function `name(x, y)` of two float32 vectors of `n` elements, returning one such;
+    `body` holds its statements (at column 0)."""
+    head = f"""
+@R.function
+def {name}(
+    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
+) -> R.Tensor(("n",), "float32"):
+"""
+    return head + textwrap.indent(body.strip("\n") + "\n", "    ")
+
+
+ADD_TIR = elementwise_kernel("add_tir", "A[i] + B[i]")
 
 MAIN_PYFUNC = '''
 @I.pyfunc
@@ -19,13 +48,7 @@ def main(self, x, y):
     return z * 2
 '''
 
-MAIN_RELAX = """
-@R.function
-def main_relax(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
-    return R.add(x, y)
-"""
+MAIN_RELAX = vector_relax("main_relax", "return R.add(x, y)")
 
 SCALE_PYFUNC = """
 @I.pyfunc
@@ -33,16 +56,39 @@ def scale(self, x):
     return x * 10
 """
 
-RELAX_CALLS_BOTH = """
-@R.function
-def pipeline(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
+RELAX_CALLS_BOTH = vector_relax(
+    "pipeline",
+    """
+n = T.int64()
+cls = demo
+z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
+w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
+return w
+""",
+)
+
+# A loop over `n` into a buffer of size `m`: TVM cannot prove its writes in bounds, so the crash
+# guards check them
+SYMBOLIC_LOOP = """
+@T.prim_func
+def copy(a: T.handle, b: T.handle):
     n = T.int64()
-    cls = demo
-    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
-    w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
-    return w
+    m = T.int64()
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (m,), "float32")
+    for i in range(n):
+        B[i] = A[i]
+"""
+
+# A Relax function of two outputs, for comparing by position and by field
+PAIR = """
+@R.function
+def pair(
+    x: R.Tensor((3,), "float32")
+) -> R.Tuple(R.Tensor((3,), "float32"), R.Tensor((3,), "float32")):
+    a = R.add(x, x)
+    b = R.multiply(x, x)
+    return (a, b)
 """
 
 # Two dense layers with relu, the Relax function the pipeline, schedule and offload tests compile

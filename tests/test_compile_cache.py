@@ -31,7 +31,7 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
 from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
-from tvm_pyfunc_nb._core.function_tuning import _unscheduled, kernel_tasks
+from tvm_pyfunc_nb._core.function_tuning import kernel_tasks
 from tvm_pyfunc_nb._core.scheduling import (
     RECORD_FILES,
     _tuning_target,
@@ -40,6 +40,7 @@ from tvm_pyfunc_nb._core.scheduling import (
     work_dir_for,
 )
 from tvm_pyfunc_nb._core.trust import directory_problem, files_problem
+from tvm_pyfunc_nb._core.tuning import unscheduled
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -153,7 +154,7 @@ def test_the_key_holds_the_resolved_cpu_its_features_and_the_pass_context(tmp_pa
     cache = CompileCache(tmp_path)
     live, _ = call_add(cache)
     cache.flush()
-    build = live._compiler.build
+    build = live._parts.build
     features = tvm.target.codegen.llvm_get_cpu_features(build.target)
     assert f'"mcpu":"{tvm.target.codegen.llvm_get_system_cpu()}"' in build.key
     assert "+" + ",+".join(sorted(features)) in build.key and "native" not in build.key
@@ -595,8 +596,8 @@ def plant(cache: CompileCache, record) -> tuple[Path, LiveModule]:
     """A tuning record for `scaled`'s kernel where a module `demo` with `cache` reads them."""
     live = LiveModule("demo")
     live.run_cell(SCALED)
-    (task,) = kernel_tasks(_unscheduled(live, "scaled", link_first=False), "scaled")
-    target = live._compiler.build.target
+    (task,) = kernel_tasks(unscheduled(live._parts, "scaled", link_first=False), "scaled")
+    target = live._parts.build.target
     place = cache.tuning_directory(f"demo.relax-{target_digest(target)}", (), create=True)
     database = JSONDatabase(work_dir=str(place))
     sch = tvm.s_tir.Schedule(task.workload)
@@ -681,7 +682,7 @@ def test_a_tuning_database_cut_short_leaves_the_module_working(tmp_path):
 
     live = add_module(cache)
     key = tvm_ffi.structural_hash(tvm.IRModule({"main": live.ir_mod["add_tir"]})) & 0xFFFFFFFFFFFF
-    target = live._compiler.build.target
+    target = live._parts.build.target
     folder = f"add_tir-{key:012x}-{target_digest(target)}"
     cut = cache.tuning_directory(folder, (), create=True)
     (cut / "database_workload.json").write_text('["cut sh')
@@ -698,7 +699,7 @@ def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     could plant records; a cache others can write is refused for tuning too."""
     live = LiveModule("demo")
     live.run_cell(ADD_TIR)
-    func, target = live.ir_mod["add_tir"], live._compiler.build.target
+    func, target = live.ir_mod["add_tir"], live._parts.build.target
     mod = tvm.IRModule({"main": func})
     key = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFF:012x}"
     predictable = Path(tempfile.gettempdir()) / f"tvm-pyfunc-nb-tuning-{os.getuid()}"

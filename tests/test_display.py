@@ -15,8 +15,8 @@ from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, SCALE_PYFUNC
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core import front_end
-from tvm_pyfunc_nb._views import registry, widgets
+from tvm_pyfunc_nb._core import front_end_port
+from tvm_pyfunc_nb._views import notebook_front_end, widgets
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 PAYLOAD = "<img src=x onerror=alert(1)>"
@@ -127,8 +127,8 @@ def test_running_a_cell_again_says_what_left_and_closes_its_previous_view(shell)
 
 
 def test_a_long_compile_shows_in_the_views_of_its_module(shell, monkeypatch):
-    monkeypatch.setattr(registry, "SHOW_COMPILE_AFTER", 0.0)
-    monkeypatch.setattr(registry, "TICK", 0.01)
+    monkeypatch.setattr(notebook_front_end, "SHOW_COMPILE_AFTER", 0.0)
+    monkeypatch.setattr(notebook_front_end, "TICK", 0.01)
     view = shell.cell("demo", ADD_TIR + MAIN_RELAX)
     seen = []
     view.progress.observe(lambda change: seen.append(visible(change["new"])), "value")
@@ -166,7 +166,7 @@ def test_a_progress_line_ends_saying_where_the_work_ended(shell):
     started."""
     shell.cell("demo", ADD_TIR)
     with capture_output() as shown:
-        progress = front_end.current().progress(shell.ns["demo"], "tuning add_tir", 8)
+        progress = front_end_port.current().progress(shell.ns["demo"], "tuning add_tir", 8)
         for done in range(1, 9):
             progress.step(done, f"best {done} ms")
         progress.close()
@@ -196,7 +196,7 @@ def test_show_and_last_expression_give_the_module_widget_with_text_and_html(shel
 
 def test_module_view_has_a_tab_per_function_and_follows_the_module(shell):
     shell.cell("demo", ADD_TIR + MAIN_PYFUNC)
-    view = registry.module_view(shell.ns["demo"])
+    view = notebook_front_end.module_view(shell.ns["demo"])
     assert view.tabs.titles == ("add_tir · tir", "main · pyfunc", "module")
     module_tab = visible(view.tabs.children[2].get_state()["value"])
     assert "class demo(BasePyModule)" in module_tab and "C[i] = A[i] + B[i]" in module_tab
@@ -263,7 +263,7 @@ def test_user_text_never_reaches_html_unescaped(shell):
     shell.run("demo.hostile(1)")
     assert PAYLOAD in results_text(view, "hostile")  # the return value, shown as text
 
-    module = registry.module_view(shell.ns["demo"])
+    module = notebook_front_end.module_view(shell.ns["demo"])
     pages = [
         *html_values(view),
         *html_values(module),

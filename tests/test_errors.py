@@ -126,6 +126,7 @@ class BadCell:
     call: str | None = None  # an expression that fails, for errors that only a call can show
     replaces: str | None = None  # a seed cell this one is an edit of (run under its cell id)
     line: int | None = None  # where `# <-` cannot mark it (in an unterminated string)
+    says: str = ""  # what the message must say besides (what to write instead)
 
     @property
     def expected_line(self) -> int | None:
@@ -532,6 +533,7 @@ def f(A: T.Buffer((4,), "float32")):
 """,
         IllFormedModuleError,
         "f",
+        says="@T.prim_func(s_tir=True)",
     ),
     # a pyfunc named by string is resolved when it runs: the cell is fine, the call is not
     BadCell(
@@ -868,6 +870,7 @@ def test_bad_cell(seed, case, capsys):
     shown = capsys.readouterr().out
     try:
         assert_compact(err, case.error, case.function, case.expected_line, shown)
+        assert case.says in str(err)
         assert tvm_ffi.structural_equal(seed.live.ir_mod, before)
     finally:
         if case.replaces is None:

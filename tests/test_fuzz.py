@@ -19,7 +19,14 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
+from cells import (
+    ADD_TIR,
+    MAIN_PYFUNC,
+    MAIN_RELAX,
+    RELAX_CALLS_BOTH,
+    SCALE_PYFUNC,
+    elementwise_kernel,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -41,16 +48,7 @@ def ops(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")) -> R.Tensor(
         R.output(w)
     return w
 """
-GATHER_KERNEL = """
-@T.prim_func
-def gather(a: T.handle, b: T.handle, c: T.handle):
-    n = T.int64()
-    A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "int32")
-    C = T.match_buffer(c, (n,), "float32")
-    for i in range(n):
-        C[i] = A[B[i]] + A[i // 2]
-"""
+GATHER_KERNEL = elementwise_kernel("gather", "A[B[i]] + A[i // 2]", b_dtype="int32")
 SEED = {
     "tir": ADD_TIR,
     "main": MAIN_PYFUNC,

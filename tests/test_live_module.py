@@ -4,6 +4,7 @@ compiles.
 
 from __future__ import annotations
 
+import cells
 import pytest
 import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
@@ -137,36 +138,23 @@ def f(self, x):
 
 def test_full_class_form_replaces_the_whole_module(shell):
     shell.cell("demo", SCALE_PYFUNC)
-    shell.cell(
-        "demo",
-        '''
-@I.ir_module
-class Whole(BasePyModule):
-    @T.prim_func
-    def add_tir(a: T.handle, b: T.handle, c: T.handle):
-        n = T.int64()
-        A = T.match_buffer(a, (n,), "float32")
-        B = T.match_buffer(b, (n,), "float32")
-        C = T.match_buffer(c, (n,), "float32")
-        for i in range(n):
-            C[i] = A[i] + B[i]
-
-    @I.pyfunc
-    def helper(self, x):
-        """Docstring lines
-            keep their own indentation."""
-        return x - 1
-
-    @R.function
-    def main(
-        x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-    ) -> R.Tensor(("n",), "float32"):
-        n = T.int64()
-        cls = Whole
-        z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
-        return R.call_py_func("helper", z, out_ty=R.Tensor((n,), "float32"))
-''',
+    helper = '''
+@I.pyfunc
+def helper(self, x):
+    """Docstring lines
+        keep their own indentation."""
+    return x - 1
+'''
+    main = cells.vector_relax(
+        "main",
+        """
+n = T.int64()
+cls = Whole
+z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
+return R.call_py_func("helper", z, out_ty=R.Tensor((n,), "float32"))
+""",
     )
+    shell.cell("demo", cells.ir_module_class("Whole", ADD_TIR, helper, main))
     demo = shell.ns["demo"]
     assert set(demo.functions) == {"add_tir", "helper", "main"}
     assert torch.equal(demo.main(X, Y), X + Y - 1)
@@ -233,19 +221,12 @@ def test_one_primfunc_edit_in_a_twenty_primfunc_module_compiles_one_primfunc_and
             ),
             cell_id=f"k{k}",
         )
-    shell.cell(
-        "big",
-        """
-@R.function
-def main(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
-    n = T.int64()
-    cls = big
-    return R.call_tir(cls.k3, (x, y), out_ty=R.Tensor((n,), "float32"))
-""",
-        cell_id="main",
-    )
+    main = """
+n = T.int64()
+cls = big
+return R.call_tir(cls.k3, (x, y), out_ty=R.Tensor((n,), "float32"))
+"""
+    shell.cell("big", cells.vector_relax("main", main), cell_id="main")
     big = shell.ns["big"]
     big.compile()
     assert torch.equal(big.main(X, Y), X + Y + 3)

@@ -15,6 +15,7 @@ import ipywidgets
 import psutil
 import pytest
 import torch
+from cells import elementwise_kernel, vector_relax
 from tvm import relax
 
 from tvm_pyfunc_nb import CallError, TVMScriptError
@@ -28,16 +29,7 @@ CYCLES = 300
 MEASURED = 200  # growth is measured over the last MEASURED cycles (the first ones warm caches up)
 MAX_GROWTH_MB = 25  # measured: ~14 MB, most of it IPython keeping each cell's output view in `Out`
 
-KERNEL = """
-@T.prim_func
-def add_k(a: T.handle, b: T.handle, c: T.handle):
-    n = T.int64()
-    A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "float32")
-    C = T.match_buffer(c, (n,), "float32")
-    for i in range(n):
-        C[i] = A[i] + B[i] * T.float32({k})
-"""
+KERNEL = elementwise_kernel("add_k", "A[i] + B[i] * T.float32({k})")
 PYFUNCS = """
 @I.pyfunc
 def post(self, x):
@@ -48,17 +40,16 @@ def main(self, x, y):
     z = self.call_tir(self.add_k, [x, y], out_ty=R.Tensor((x.shape[0],), "float32"))
     return self.post(z)
 """
-GRAPH = """
-@R.function
-def pipe(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
-    n = T.int64()
-    cls = session
-    z = R.call_tir(cls.add_k, (x, y), out_ty=R.Tensor((n,), "float32"))
-    w = R.call_py_func("post", z, out_ty=R.Tensor((n,), "float32"))
-    return R.multiply(w, R.const({k}, "float32"))
-"""
+GRAPH = vector_relax(
+    "pipe",
+    """
+n = T.int64()
+cls = session
+z = R.call_tir(cls.add_k, (x, y), out_ty=R.Tensor((n,), "float32"))
+w = R.call_py_func("post", z, out_ty=R.Tensor((n,), "float32"))
+return R.multiply(w, R.const({k}, "float32"))
+""",
+)
 CELLS = {"kernel": KERNEL, "pyfuncs": PYFUNCS, "graph": GRAPH}
 BROKEN = """
 @R.function

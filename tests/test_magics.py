@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import TVMModuleError
+from tvm_pyfunc_nb._core.compile_cache import CompileCache
+from tvm_pyfunc_nb._core.options import OPTIONS, ModuleOptions, default_of
+from tvm_pyfunc_nb._magics import TVMModuleMagics
 
 X = torch.arange(5, dtype=torch.float32)
 
@@ -25,8 +31,12 @@ def test_config_sets_defaults_and_options_override_them(shell):
 
 
 def test_quiet_shows_nothing(shell):
-    assert shell.cell("demo", SCALE_PYFUNC, options="--quiet") is None
-    assert shell.cell("demo", SCALE_PYFUNC) is not None
+    with capture_output() as quiet:
+        shell.cell("demo", SCALE_PYFUNC, options="--quiet")
+    with capture_output() as shown:
+        shell.cell("demo", SCALE_PYFUNC)
+    assert quiet.outputs == [] and quiet.stdout == "" and quiet.stderr == ""
+    assert len(shown.outputs) == 1  # without --quiet, the cell's view
 
 
 def test_device_and_target_options(shell):
@@ -87,3 +97,19 @@ def test_a_blank_cell_defines_nothing(shell):
     view = shell.cell("demo", "   \n# only a comment\n")
     assert "nothing" in shell.text(view)
     assert shell.ns["demo"].functions == {}
+
+
+def test_every_option_is_declared_once_and_the_process_wide_ones_are_no_modules(tmp_path):
+    """The traits come from OPTIONS; the compile cache's two are the process's, not a module's;
+    their defaults are written in one place (the cache's size bound is read from there)."""
+    traits = TVMModuleMagics.class_traits(config=True)
+    assert sorted(traits) == sorted(o.name for o in OPTIONS)
+    for option in OPTIONS:
+        assert option.help[1:] in traits[option.name].help
+        if option.name != "cache_dir":  # its default is where IPython keeps caches
+            assert traits[option.name].default_value == option.default, option.name
+    process_wide = {o.name for o in OPTIONS if o.process_wide}
+    assert process_wide == {"cache_dir", "cache_max_mb"}
+    per_module = {f.name for f in dataclasses.fields(ModuleOptions)}
+    assert not per_module & process_wide and not per_module & {"eager", "quiet"}
+    assert CompileCache(tmp_path).max_bytes == default_of("cache_max_mb") * 2**20

@@ -12,6 +12,7 @@ import inspect
 import pytest
 import torch
 import transformers
+from cells import PAIR
 
 from tvm_pyfunc_nb._core.comparing import difference
 from tvm_pyfunc_nb.errors import CompileError, ModelImportError
@@ -189,18 +190,7 @@ def test_the_tolerance_is_rounding_in_the_dtype_scaled_by_values_and_reduction()
 
 
 def test_compare_matches_a_dict_by_field_and_a_tuple_by_position(shell):
-    shell.cell(
-        "c",
-        """
-@R.function
-def pair(
-    x: R.Tensor((3,), "float32")
-) -> R.Tuple(R.Tensor((3,), "float32"), R.Tensor((3,), "float32")):
-    a = R.add(x, x)
-    b = R.multiply(x, x)
-    return (a, b)
-""",
-    )
+    shell.cell("c", PAIR)
     c, x = shell.ns["c"], torch.tensor([1.0, 2.0, 3.0])
     by_field = c.compare("pair", lambda t: {"doubled": t + t, "squared": t * t + 1}, x)
     assert by_field.output_names == ["doubled", "squared"]

@@ -17,9 +17,13 @@ import cells
 import pytest
 import torch
 import torch.nn.functional as F
+import tvm
+import tvm_ffi
 from torch import nn
 
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
+from tvm_pyfunc_nb._core import offload
+from tvm_pyfunc_nb._core.offload import PREFIX, TORCH, check_offload, offload_to_torch, torch_calls
 
 # The shared MLP, its last layer without relu: the output is a linear layer's (one addmm)
 MLP = cells.MLP.replace(
@@ -118,6 +122,16 @@ def test_trace_still_shows_every_binding_of_an_offloaded_function(shell):
     assert torch.allclose(trace.output, torch_mlp(*args), atol=1e-5)
 
 
+def convnet_module(shell, model: torch.nn.Module, image: torch.Tensor, options: str = ""):
+    """Live module `net` made with `options`, `model` added to it, its numbers `model`'s."""
+    shell.run(f"%tvmmodule net {options}")
+    net = shell.ns["net"]
+    net.add_torch(model, (image,))
+    with torch.no_grad():
+        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    return net
+
+
 def test_an_imported_model_offloaded_matches_pytorch_op_by_op(shell):
     torch.manual_seed(0)
     model = ConvNet().eval()
@@ -125,11 +139,7 @@ def test_an_imported_model_offloaded_matches_pytorch_op_by_op(shell):
         model.norm.running_mean.uniform_(-0.5, 0.5)
         model.norm.running_var.uniform_(0.5, 1.5)
     image = torch.randn(1, 3, 16, 16)
-    shell.run("%tvmmodule net --offload torch")
-    net = shell.ns["net"]
-    net.add_torch(model, (image,))
-    with torch.no_grad():
-        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    net = convnet_module(shell, model, image, "--offload torch")
     kernels = net.kernels("main")
     assert kernels.count("torch.conv2d") == 2 and kernels.count("torch.linear") == 1
     assert any("batch_norm" in k and "relu" in k for k in kernels)  # TVM fused the rest
@@ -160,7 +170,7 @@ def test_offload_from_config_and_its_mistakes(shell):
         shell.cell("configured", MLP)
         assert shell.ns["configured"].options.offload == "torch"
         # never mixed in the cache
-        assert "offload torch" in shell.ns["configured"]._compiler.build.key
+        assert "offload torch" in shell.ns["configured"]._parts.build.key
     finally:
         shell.run("%config TVMModuleMagics.offload = 'none'")
     err = shell.cell("typo", MLP, options="--offload pytorch", expect_error=TVMModuleError)
@@ -217,11 +227,7 @@ print(torch.from_dlpack(vm["mlp"](*args)).sum().item())
 def test_the_default_schedules_a_convolution_too(shell):
     torch.manual_seed(0)
     model, image = ConvNet().eval(), torch.randn(1, 3, 16, 16)
-    shell.run("%tvmmodule net")
-    net = shell.ns["net"]
-    net.add_torch(model, (image,))
-    with torch.no_grad():
-        assert torch.allclose(net.main(image)[0], model(image), atol=1e-5)
+    net = convnet_module(shell, model, image)
     lowered = net.lowered("main")
     conv = lowered[lowered.index("def conv2d(") :]
     conv = conv[: conv.index("@T.prim_func")] if "@T.prim_func" in conv else conv
@@ -251,3 +257,73 @@ def mm(x: R.Tensor({a}, "float32"), y: R.Tensor({b}, "float32")):
     x, y = torch.randn(*a), torch.randn(*b)
     assert torch.allclose(live.mm(x, y), torch.matmul(x, y), atol=1e-5)
     live.close()
+
+
+# -- the transform itself, without a shell ---------------------------------------------------------
+def offloaded(params: str, body: str) -> list[str]:
+    """The PyTorch calls Relax function `f(params)` returning `body` makes after the transform."""
+    live = LiveModule("rewrites")
+    live.run_cell(f"@R.function\ndef f({params}):\n    return {body}\n")
+    try:
+        return torch_calls(offload_to_torch(live.ir_mod)["f"])
+    finally:
+        live.close()
+
+
+X = 'x: R.Tensor((4, 8), "float32")'
+W = 'w: R.Tensor((8, 6), "float32"), b: R.Tensor((6,), "float32")'
+IMAGE = 'x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32")'
+
+
+@pytest.mark.parametrize(
+    "params, body, calls",
+    [
+        (f"{X}, {W}", "R.add(R.matmul(x, w), b)", ["torch.addmm"]),
+        (
+            f'{X}, w: R.Tensor((6, 8), "float32"), b: R.Tensor((6,), "float32")',
+            "R.add(b, R.matmul(x, R.permute_dims(w)))",  # nn.Linear as imported, bias first
+            ["torch.linear"],
+        ),
+        (
+            'x: R.Tensor((2, 4, 8), "float32"), w: R.Tensor((2, 8, 6), "float32")',
+            "R.matmul(x, w)",
+            ["torch.matmul"],
+        ),
+        (
+            f'{IMAGE}, b: R.Tensor((1, 4, 1, 1), "float32")',
+            "R.add(R.nn.conv2d(x, w, padding=[1, 1, 1, 1]), b)",
+            ["torch.conv2d"],
+        ),
+        # what PyTorch would compute otherwise stays TVM's
+        (IMAGE, "R.nn.conv2d(x, w, padding=[1, 0, 0, 1])", []),
+        ('x: R.Tensor((4, 8), "int32"), w: R.Tensor((8, 6), "int32")', "R.matmul(x, w)", []),
+        (f"{X}, {W}", 'R.matmul(x, w, out_dtype="float64")', []),
+        (f"{X}, {W}", "R.nn.relu(R.matmul(x, w))", ["torch.matmul"]),
+    ],
+    ids=["addmm", "linear", "batched", "conv-bias", "asymmetric", "int", "out-dtype", "no-bias"],
+)
+def test_the_transform_sends_each_heavy_op_pytorch_computes_alike_to_it(params, body, calls):
+    assert offloaded(params, body) == calls
+
+
+def test_the_option_is_checked_against_the_target_and_the_device():
+    llvm = tvm.target.Target("llvm")
+    with pytest.raises(TVMModuleError, match="must be one of none, torch, not `pytorch`"):
+        check_offload("pytorch", llvm, remote=False)
+    with pytest.raises(TVMModuleError, match="use one or the other"):
+        check_offload(TORCH, llvm, remote=True)
+    with pytest.raises(TVMModuleError, match="target `cuda` runs elsewhere"):
+        check_offload(TORCH, tvm.target.Target("cuda"), remote=False)
+    assert check_offload(TORCH, llvm, remote=False) == TORCH
+    assert tvm_ffi.get_global_func(f"{PREFIX}torch.linear", allow_missing=True) is not None
+
+
+def test_the_pytorch_side_writes_into_the_output_tvm_allocated():
+    torch.manual_seed(0)
+    a, b, bias = torch.randn(2, 3, 8), torch.randn(8, 6), torch.randn(6)
+    out = torch.empty(2, 3, 6)
+    offload._addmm_torch(a, b, bias, out)  # the rows of `a` over two axes
+    torch.testing.assert_close(out, a @ b + bias)
+    weight, out = torch.randn(6, 8), torch.empty(2, 3, 6)
+    offload._linear_torch(a, weight, out)
+    torch.testing.assert_close(out, F.linear(a, weight))

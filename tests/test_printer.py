@@ -14,6 +14,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
+from cells import elementwise_kernel, vector_relax
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -70,16 +71,9 @@ def noise(self):
     return torch.zeros(4)
 """
 
-ADD_TIR = """\
-@T.prim_func(private=True)
-def add_tir(a: T.handle, b: T.handle, c: T.handle):
-    n = T.int64()
-    A = T.match_buffer(a, (n,), "float32")
-    B = T.match_buffer(b, (n,), "float32")
-    C = T.match_buffer(c, (n,), "float32")
-    for i in range(n):
-        C[i] = A[i] + B[i]
-"""
+ADD_TIR = elementwise_kernel(
+    "add_tir", "A[i] + B[i]", decorator="@T.prim_func(private=True)"
+).lstrip("\n")
 
 COPY_TIR = """\
 @T.prim_func
@@ -100,19 +94,18 @@ def double(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
             B[vi] = A[vi] * T.float32(2)
 """
 
-MAIN = """\
-@R.function
-def main(
-    x: R.Tensor(("n",), "float32"), y: R.Tensor(("n",), "float32")
-) -> R.Tensor(("n",), "float32"):
-    n = T.int64()
-    cls = Mod
-    z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
-    w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
-    p = R.call_py_func("pair", w, y, out_ty=[R.Tensor((n,), "float32"), R.Tensor((n,), "float32")])
-    r = R.call_py_func("noise", out_ty=R.Tensor((4,), "float32"))
-    return p[0]
-"""
+MAIN = vector_relax(
+    "main",
+    """
+n = T.int64()
+cls = Mod
+z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
+w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
+p = R.call_py_func("pair", w, y, out_ty=[R.Tensor((n,), "float32"), R.Tensor((n,), "float32")])
+r = R.call_py_func("noise", out_ty=R.Tensor((4,), "float32"))
+return p[0]
+""",
+).lstrip("\n")
 
 HELPER = """\
 @R.function(private=True)

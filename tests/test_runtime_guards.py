@@ -11,18 +11,12 @@ from tvm_pyfunc_nb import CallError
 
 RUNTIME_CHECKED = """
 @T.prim_func
-def gather(a: T.handle, idx: T.handle, c: T.handle):
-    A = T.match_buffer(a, (4,), "float32")
-    I = T.match_buffer(idx, (4,), "int32")
-    C = T.match_buffer(c, (4,), "float32")
+def gather(A: T.Buffer((4,), "float32"), I: T.Buffer((4,), "int32"), C: T.Buffer((4,), "float32")):
     for i in range(4):
         C[i] = A[I[i]]
 
 @T.prim_func
-def divide(a: T.handle, b: T.handle, c: T.handle):
-    A = T.match_buffer(a, (4,), "int32")
-    B = T.match_buffer(b, (4,), "int32")
-    C = T.match_buffer(c, (4,), "int32")
+def divide(A: T.Buffer((4,), "int32"), B: T.Buffer((4,), "int32"), C: T.Buffer((4,), "int32")):
     for i in range(4):
         C[i] = A[i] // B[i]
 """

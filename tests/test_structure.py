@@ -1,9 +1,10 @@
-"""The package's shape: no import cycles, a core free of IPython and views, no shadowed names.
+"""The package's shape: no import cycles, a core free of IPython and views, no shadowed names,
+features that reach the live module only through its parts.
 
-Read from the source (every `import` statement, those inside functions too),
-so a lazy import cannot hide a dependency. Imports for type annotations alone
-(`if TYPE_CHECKING:`) never run, so they make no cycle; they still count as
-what the core may not import.
+Read from the source (every `import` statement, those inside functions and
+under `if TYPE_CHECKING:` too), so neither a lazy import nor one for type
+annotations alone can hide a dependency: a module that needs another's types
+depends on it as much as one that calls it.
 """
 
 from __future__ import annotations
@@ -31,21 +32,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path, *, at_run_time: bool = False) -> set[str]:
-    """Every module `path` imports, absolute names (`from . import x` gives `package.x`); with
-    `at_run_time`, not those for type annotations alone."""
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, absolute names (`from . import x` gives `package.x`)."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
-    skipped = set()
-    if at_run_time:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-                skipped.update(id(n) for n in ast.walk(node))
     found = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -61,7 +53,7 @@ def imports_of(path: Path, *, at_run_time: bool = False) -> set[str]:
 def package_graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     return {
-        name: {m for m in imports_of(path, at_run_time=True) if m in modules and m != name}
+        name: {m for m in imports_of(path) if m in modules and m != name}
         for name, path in modules.items()
     }
 
@@ -82,6 +74,65 @@ def test_no_import_cycles_inside_the_package():
 
     for name in sorted(graph):
         visit(name, [])
+
+
+def test_only_the_facade_knows_the_live_module_inside_the_core():
+    """Features take the module's parts (`ModuleParts`), never the facade, so that no import
+    circle runs through it and a new feature plugs in beside the others."""
+    facade = f"{ROOT}._core.live_module"
+    offenders = [
+        module_name(path)
+        for path in PACKAGE.rglob("*.py")
+        if module_name(path).startswith(CORE)
+        and module_name(path) != facade
+        and {facade, f"{facade}.LiveModule"} & imports_of(path)
+    ]
+    assert not offenders, offenders
+
+
+# Private names of TVM's, PyTorch's and the standard library's that have no public equivalent;
+# each entry is (module, the attribute as written).
+PRIVATE_READS_ALLOWED = {
+    # namedtuple's own API is underscored so as not to clash with field names
+    ("call_table", "CallRecord._make"),
+    # TVM's own slice conversion, called when the bounds cannot be proven (no public handle)
+    ("dynamic_shapes", "ExportedProgramImporter._slice"),
+    # TVM's tracker client has no timeout; its socket is the only place to set one
+    ("remote", "tracker._sock"),
+    # the caller frames of the tensor intrinsics' import (inspect.stack() would be the slow path)
+    ("scheduling", "sys._getframe"),
+    # the Relax op -> PyTorch table of TVM's converter; it offers no public accessor
+    ("torch_source", "RelaxToPyFuncConverter._get_op_map"),
+    # IPython's rich display protocol, on a widget of our own
+    ("notebook_front_end", "module_view(live)._repr_mimebundle_"),
+}
+
+
+def private_reads(path: Path) -> list[str]:
+    """Each `obj._name` in `path` whose `obj` is not `self`, `cls` or `super()` (dunders aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        if node.attr.startswith("__") and node.attr.endswith("__"):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and ast.unparse(owner.func) == "super":
+            continue
+        if (path.stem, ast.unparse(node)) not in PRIVATE_READS_ALLOWED:
+            found.append(f"{module_name(path)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_of_the_core_or_views_reads_a_private_attribute_of_another_object():
+    """What one part may use of another is public; a feature that needs more asks for it on
+    `ModuleParts` instead of reaching for it."""
+    paths = [*(PACKAGE / "_core").rglob("*.py"), *(PACKAGE / "_views").rglob("*.py")]
+    offenders = [line for path in paths for line in private_reads(path)]
+    assert not offenders, offenders
+    assert {stem for stem, _ in PRIVATE_READS_ALLOWED} <= {path.stem for path in paths}
 
 
 def test_the_core_imports_nothing_of_ipython_widgets_or_views():

@@ -19,8 +19,9 @@ from cells import MLP
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
-from tvm_pyfunc_nb._core.function_tuning import _unscheduled, default_schedule, kernel_tasks
+from tvm_pyfunc_nb._core.function_tuning import default_schedule, kernel_tasks
 from tvm_pyfunc_nb._core.scheduling import _tuning_target
+from tvm_pyfunc_nb._core.tuning import unscheduled
 
 MATMUL = """
 @R.function
@@ -76,10 +77,10 @@ def test_tune_a_relax_function_then_a_new_module_uses_its_schedules(cached_shell
     assert row.before > 0 and row.after > 0, row
     # the default CPU schedule competes with the trials, so tuning never leaves the kernel
     # slower than it ran before (`before` is that schedule's time, not the bare loops')
-    database = demo._schedules.database()
-    (task,) = kernel_tasks(_unscheduled(demo, "rmm", link_first=False), "rmm")
+    database = demo._parts.schedules.database()
+    (task,) = kernel_tasks(unscheduled(demo._parts, "rmm", link_first=False), "rmm")
     workload = task.workload
-    target = _tuning_target(demo._compiler.build.target)
+    target = _tuning_target(demo._parts.target)
     records = database.get_top_k(database.commit_workload(workload), 100)
     default = str(default_schedule(workload, target).trace)
     assert any(str(r.trace) == default for r in records), [str(r.trace) for r in records]

@@ -16,11 +16,11 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.paths import get_ipython_cache_dir
 from traitlets import Bool, Float, Int, Unicode, default
 
-from ._core import front_end
+from ._core import front_end_port
 from ._core.compile_cache import CompileCache
 from ._core.live_module import LiveModule
-from ._core.options import OPTIONS, ModuleOptions, Option
-from ._views import registry
+from ._core.options import OPTION_BY_NAME, OPTIONS, ModuleOptions, Option
+from ._views import notebook_front_end
 from ._views.render import ModuleList
 from .errors import TVMModuleError
 
@@ -28,7 +28,6 @@ CACHE_DIR_ENV = "TVM_PYFUNC_NB_CACHE_DIR"
 # `%tvmcache` waits this long at most for the background writes of what was just compiled
 # (one kernel's export takes about as long as its compile), so that it shows them done
 SHOW_WAIT_SECONDS = 30.0
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def _trait(option: Option):
@@ -64,14 +63,6 @@ class TVMModuleMagics(_OptionTraits):
     ...`.
     """
 
-    cache_dir = Unicode(
-        help="Persistent compile cache shared by kernels; '' turns it off. Default: "
-        f"${CACHE_DIR_ENV} if set, else <IPython cache dir>/tvm_pyfunc_nb (`%tvmcache` shows it)."
-    ).tag(config=True)
-    cache_max_mb = Int(
-        512, help="Size bound of the compile cache in MB; least recently used entries go first."
-    ).tag(config=True)
-
     @default("cache_dir")
     def _default_cache_dir(self) -> str:
         return os.environ.get(CACHE_DIR_ENV) or os.path.join(
@@ -93,7 +84,7 @@ class TVMModuleMagics(_OptionTraits):
 
     def post_run_cell(self, result) -> None:
         """Bring every view on screen up to date with the calls the cell made."""
-        registry.refresh_views()
+        notebook_front_end.refresh_views()
 
     # -- magics ------------------------------------------------------------------------
     @magic_arguments("%tvmmodule")
@@ -151,7 +142,7 @@ class TVMModuleMagics(_OptionTraits):
             eager=self._option(args, "eager"),
         )
         if not self._option(args, "quiet"):
-            registry.display_view(registry.cell_view(live, result))
+            notebook_front_end.display_view(notebook_front_end.cell_view(live, result))
         return None
 
     @magic_arguments()
@@ -294,7 +285,7 @@ class _Loaded:
         self.shell = shell
         self.magics = TVMModuleMagics(shell)
         self.previous_exc = (shell.custom_exceptions, shell.CustomTB)
-        self.previous_front_end: front_end.FrontEnd | None = None
+        self.previous_front_end: front_end_port.FrontEnd | None = None
 
     def load(self) -> None:
         shell, magics = self.shell, self.magics
@@ -311,8 +302,8 @@ class _Loaded:
             return previous_handler(etype, value, tb, tb_offset=tb_offset)
 
         shell.set_custom_exc((*previous_types, TVMModuleError), handler)
-        registry.register_formatters(shell)
-        self.previous_front_end = front_end.install(registry.NotebookFrontEnd(shell))
+        notebook_front_end.register_formatters(shell)
+        self.previous_front_end = front_end_port.install(notebook_front_end.NotebookFrontEnd(shell))
 
     def unload(self) -> None:
         shell, magics = self.shell, self.magics
@@ -322,8 +313,8 @@ class _Loaded:
         shell.events.unregister("post_run_cell", magics.post_run_cell)
         types, handler = self.previous_exc
         shell.custom_exceptions, shell.CustomTB = types, handler
-        registry.unregister_formatters(shell)
-        front_end.install(self.previous_front_end)
+        notebook_front_end.unregister_formatters(shell)
+        front_end_port.install(self.previous_front_end)
         for kind, names in magics.magics.items():
             for name in names:
                 shell.magics_manager.magics[kind].pop(name, None)

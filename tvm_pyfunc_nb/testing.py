@@ -40,7 +40,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from ._core.remote import Address, probe
 from ._magics import TVMModuleMagics, magics_of
-from ._views import registry
+from ._views import notebook_front_end
 from .errors import TVMModuleError
 
 _cell_ids = itertools.count(1)
@@ -87,7 +87,7 @@ class NotebookShell:
         It raises what the cell raised, unless `expect_error` is given: then that
         error (an instance of it) is returned, and anything else fails.
         """
-        before = registry.newest_cell_view()
+        before = notebook_front_end.newest_cell_view()
         result = self.ip.run_cell(cell, store_history=store_history, cell_id=cell_id)
         error = result.error_before_exec or result.error_in_exec
         if expect_error is not None:
@@ -96,7 +96,7 @@ class NotebookShell:
             return error
         if error is not None:
             raise error
-        view = registry.newest_cell_view()
+        view = notebook_front_end.newest_cell_view()
         if result.result is None and view is not before:
             return view
         return result.result

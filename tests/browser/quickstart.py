@@ -1,5 +1,5 @@
-"""What both browser tests check after Run All on the quickstart: the widgets, not their text
-fallbacks, with the scripts and the numbers of this run."""
+"""What both browser tests do: open the quickstart with its outputs cleared, Run All, and check
+the widgets, not their text fallbacks, with the scripts and the numbers of this run."""
 
 from __future__ import annotations
 
@@ -21,6 +21,28 @@ def clear_outputs(path: Path) -> None:
             cell.outputs, cell.execution_count = [], None
     notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, path)
+
+
+def open_quickstart(server, browser) -> Page:
+    """A new page on the quickstart of `server` (JupyterLab or Notebook 7), no output saved."""
+    clear_outputs(server.root / NOTEBOOK)
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(server.notebook_url(NOTEBOOK, "quickstart"))
+    return page
+
+
+def run_all_cells(page: Page) -> Locator:
+    """Run All Cells from the menu bar; the first cell widget, once it shows this run's call."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
+    return expect_quickstart_widgets(page)
+
+
+def screenshot(cell: Locator, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cell.scroll_into_view_if_needed()
+    cell.screenshot(path=str(path))
 
 
 def expect_quickstart_widgets(page: Page) -> Locator:

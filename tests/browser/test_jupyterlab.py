@@ -11,7 +11,6 @@ screenshot of the cell widget goes to `build/screenshots/widget.png`; with
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -20,9 +19,10 @@ from playwright.sync_api import expect
 
 from browser.quickstart import (
     NOTEBOOK,
-    clear_outputs,
     expect_no_broken_widget,
-    expect_quickstart_widgets,
+    open_quickstart,
+    run_all_cells,
+    screenshot,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,23 +32,15 @@ README_IMAGE = REPO / "docs/widget.png"
 
 @pytest.mark.browser
 def test_run_all_cells_shows_script_and_results_in_the_widget(lab, browser):
-    clear_outputs(lab.root / NOTEBOOK)
-    page = browser.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(lab.notebook_url(NOTEBOOK, "quickstart"))
+    page = open_quickstart(lab, browser)
     expect(page.locator(".lm-TabBar-tab.jp-mod-current .lm-TabBar-tabLabel")).to_have_text(NOTEBOOK)
     expect(page.get_by_text("Python 3 (ipykernel) | Idle", exact=True)).to_be_visible()
 
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-
-    cell = expect_quickstart_widgets(page)
+    cell = run_all_cells(page)
     expect(page.get_by_text("Python 3 (ipykernel) | Idle", exact=True)).to_be_visible()
     expect_no_broken_widget(page)
 
     page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab.lm-mod-current").click()  # widen the shot
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    cell.scroll_into_view_if_needed()
-    cell.screenshot(path=str(SCREENSHOT))
+    screenshot(cell, SCREENSHOT)
     if os.environ.get("UPDATE_README_SCREENSHOT") == "1":
         shutil.copyfile(SCREENSHOT, README_IMAGE)

@@ -14,12 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from browser.quickstart import (
-    NOTEBOOK,
-    clear_outputs,
-    expect_no_broken_widget,
-    expect_quickstart_widgets,
-)
+from browser.quickstart import expect_no_broken_widget, open_quickstart, run_all_cells, screenshot
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "build/screenshots/widget-notebook7.png"
@@ -27,10 +22,7 @@ SCREENSHOT = REPO / "build/screenshots/widget-notebook7.png"
 
 @pytest.mark.browser
 def test_run_all_cells_in_notebook_7_shows_script_and_results_in_the_widget(notebook7, browser):
-    clear_outputs(notebook7.root / NOTEBOOK)
-    page = browser.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(notebook7.notebook_url(NOTEBOOK, "quickstart"))
+    page = open_quickstart(notebook7, browser)
     expect(page).to_have_title(re.compile(r"^01_quickstart"))
     # Notebook 7 may ask which kernel to start, at once or a moment after it looks idle; the
     # one it proposes is the notebook's own, and whenever the dialog shows it is accepted
@@ -42,14 +34,9 @@ def test_run_all_cells_in_notebook_7_shows_script_and_results_in_the_widget(note
     ready = page.locator(".jp-NotebookKernelStatus-fade:not(.jp-NotebookKernelStatus-info)")
     expect(ready).to_be_attached()
 
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
-    page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-
-    cell = expect_quickstart_widgets(page)
+    cell = run_all_cells(page)
     busy = page.locator(".jp-InputArea-prompt", has_text="[*]")
     expect(busy).to_have_count(0, timeout=120_000)  # every cell ran to its end
     expect_no_broken_widget(page)
 
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    cell.scroll_into_view_if_needed()
-    cell.screenshot(path=str(SCREENSHOT))
+    screenshot(cell, SCREENSHOT)

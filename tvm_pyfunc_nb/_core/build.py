@@ -636,12 +636,6 @@ def _link_order(built: dict[str, _Built]) -> list | None:
         return None
 
 
-def _raise_if_failed(lib, name: str):
-    if isinstance(lib, CompileError):
-        raise CompileError(lib.detail, function=name, about=lib.about) from lib.__cause__
-    return lib
-
-
 def _kernel_failure(mod: tvm.IRModule, kernel: str, failed: CompileError, target) -> CompileError:
     """A kernel does not compile: one of `mod`'s own is named, one the pipeline made is named by
     the Relax binding it came from, as the user's text shows it."""

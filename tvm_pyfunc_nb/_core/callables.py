@@ -185,6 +185,23 @@ def run_compiled(entry: FunctionEntry, function, args: tuple, *, device) -> Any:
     return to_torch(out)
 
 
+class LazyCallable:
+    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
+    hands over to the fast path."""
+
+    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
+        self._calls, self._module, self._kind = calls, module, entry.kind
+        self.__name__ = entry.name
+        self.__signature__ = signature_of(entry)
+        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
+
+    def __call__(self, *args, **kwargs):
+        return self._calls.handle(self.__name__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} {self._module}.{self.__name__}>"
+
+
 def _describe(call: Callable, entry: FunctionEntry) -> None:
     """Give a handle the function's name, docstring and real parameters (`help`, completion)."""
     call.__name__ = call.__qualname__ = entry.name
@@ -210,14 +227,15 @@ def _positional(name: str, kind=inspect.Parameter.POSITIONAL_OR_KEYWORD) -> insp
     return inspect.Parameter(name if name.isidentifier() else f"arg_{name}", kind)
 
 
-def call_tir(live, tir_func, args, out_ty, out_sinfo):
-    """Allocate the outputs `out_ty` describes, then call PrimFunc `tir_func` of `live`."""
+def call_tir(entry_of: Callable, table: CallTable, tir_func, args, out_ty, out_sinfo):
+    """Allocate the outputs `out_ty` describes, then call PrimFunc `tir_func` (its entry from
+    `entry_of`, its callable from `table`)."""
     name = function_name(tir_func)
-    entry = live.entry(name, kind=PRIMFUNC, needed_by="call_tir")
+    entry = entry_of(name, kind=PRIMFUNC, needed_by="call_tir")
     out_ty = out_ty_of(out_ty, out_sinfo, "call_tir", name)
     args = list(args) if isinstance(args, (list, tuple)) else [args]
     outputs = allocate_outputs(entry.func, name, args, out_ty)
-    live._calls.handle(name)(*args, *outputs)
+    table.handle(name)(*args, *outputs)
     return outputs[0] if len(outputs) == 1 else outputs
 
 

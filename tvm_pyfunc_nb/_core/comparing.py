@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -33,11 +33,9 @@ from tvm import relax
 
 from .cells import RELAX
 from .importing import NodeRef, TorchOrigin
+from .module_parts import ModuleParts
 from .tables import text_table
 from .tracing import Trace, trace
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
 
 # Units in the last place one op may be off by on its own (before its reduction's sqrt(n)).
 ROUNDING_ULPS = 8
@@ -329,15 +327,15 @@ def _number(value: float) -> str:
 
 
 def compare(
-    live: LiveModule, fn: str, reference, args: tuple, rtol: float, atol: float
+    parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float
 ) -> Comparison:
-    """`fn` of `live` against `reference` on `args`: per output, and op by op when `fn` was
+    """`fn` against `reference` on `args`: per output, and op by op when `fn` was
     imported from `reference` with `add_torch`."""
-    origin = live._torch_origins.get(fn)
+    origin = parts.torch_origins.get(fn)
     with torch.no_grad():
         expected = reference(*args)
-    if origin is None or origin.model is not reference or live.entry(fn).kind != RELAX:
-        actual = live.get_function(fn)(*args)
+    if origin is None or origin.model is not reference or parts.entry(fn).kind != RELAX:
+        actual = parts.function(fn)(*args)
         why = (
             f"outputs only: `{fn}` was not imported with add_torch, so there is no graph to "
             "go op by op with"
@@ -346,9 +344,9 @@ def compare(
         )
         names, outputs = output_differences(actual, expected, rtol, atol)
         return Comparison(
-            live.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names
+            parts.name, fn, rtol, atol, outputs, why_not_op_by_op=why, output_names=names
         )
-    traced = trace(live, fn, args)
+    traced = trace(parts, fn, args)
     names, outputs = output_differences(traced.output, expected, rtol, atol)
-    ops = op_checks(traced, live.entry(fn).func, origin, args, rtol, atol)
-    return Comparison(live.name, fn, rtol, atol, outputs, ops, output_names=names)
+    ops = op_checks(traced, parts.entry(fn).func, origin, args, rtol, atol)
+    return Comparison(parts.name, fn, rtol, atol, outputs, ops, output_names=names)

@@ -82,6 +82,7 @@ import tvm_ffi
 from tvm.support.cc import get_cc
 
 from ..errors import CompileCacheWarning, TVMModuleError, last_reason
+from .options import default_of
 from .trust import (
     Exposed,
     directory_problem,
@@ -92,7 +93,7 @@ from .trust import (
 )
 
 FORMAT = 2  # 2: the cache's own folder, the complete key
-DEFAULT_MAX_BYTES = 512 * 2**20
+DEFAULT_MAX_BYTES = default_of("cache_max_mb") * 2**20
 LIBRARY_SUFFIX = ".so"
 RECORD_SUFFIX = ".json"
 OWN_DIR = "tvm_pyfunc_nb.cache"  # in `cache_dir`: the cache writes nowhere else

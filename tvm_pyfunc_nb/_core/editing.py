@@ -20,7 +20,6 @@ from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..errors import CallError
-from .cells import PYFUNC
 from .printer import member_sources, module_script
 
 _MARKER = "__tvmnb_const_"
@@ -187,14 +186,3 @@ class _ConstantMarker(PyExprMutator):
                     self.markers[k] = relax.Var(f"{_MARKER}{k}", op.ty)
                 return self.markers[k]
         return op
-
-
-def edit_text(live, fn: str) -> str:
-    """The cell that defines `fn` of `live` as it is now: `%%tvmmodule NAME` and its TVMScript
-    (a pyfunc's source), weights named `NAME.consts.<name>`."""
-    entry = live.entry(fn)
-    if entry.kind == PYFUNC:
-        text = entry.source.source
-    else:
-        text = function_text(live.name, live.ir_mod, fn, live.consts, live._constant_names())
-    return f"%%tvmmodule {live.name}\n{text}"

@@ -19,7 +19,6 @@ import base64
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import tvm
@@ -30,12 +29,10 @@ from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compile_cache import export_library as write_library
 from .editing import module_text
+from .module_parts import ModuleParts
 from .offload import NONE
 from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .tensors import to_torch
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
 
 _LOADERS = '''def _load(text):
     """Arrays by name; a dtype numpy lacks (bfloat16) travels as its bits, as `name:dtype`."""
@@ -216,36 +213,36 @@ class LibraryExport:
         return "\n".join(lines)
 
 
-def export(live: LiveModule, path: str, example: tuple | None) -> str:
-    """Write `live` to `path` as a standalone Python file; `example=("fn", args)` is run now
+def export(parts: ModuleParts, path: str, example: tuple | None) -> str:
+    """Write the module to `path` as a standalone Python file; `example=("fn", args)` is run now
     and checked again when the file runs."""
     if example is not None:
         if not isinstance(example, (tuple, list)) or len(example) != 2:
             raise CallError('export: example is ("function", (arguments, ...))')
         fn, args = example
-        if live.entry(fn).kind == PRIMFUNC:
+        if parts.entry(fn).kind == PRIMFUNC:
             raise CallError(
                 "export: the example must be a Relax function or a pyfunc (a "
                 "PrimFunc writes its outputs into its arguments)",
                 function=fn,
             )
         args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
-        example = (fn, args, live.get_function(fn)(*args))
-    consts = live.consts
-    names = live._constant_names()
-    script = module_text(live.name, live.ir_mod, consts, names, "consts.", py_module=True)
+        example = (fn, args, parts.function(fn)(*args))
+    consts, state = parts.consts, parts.state
+    names = parts.constant_names()
+    script = module_text(parts.name, state.ir_mod, consts, names, "consts.", py_module=True)
     constants = {name: consts.numpy(name) for name in consts}
-    pyfuncs = [n for n, kind in live.functions.items() if kind == PYFUNC]
-    text = python_file(live.name, script, pyfuncs, constants, example)
+    pyfuncs = [n for n, kind in state.functions.items() if kind == PYFUNC]
+    text = python_file(parts.name, script, pyfuncs, constants, example)
     with open(path, "w") as out:
         out.write(text)
     return path
 
 
-def export_library(live: LiveModule, path: str) -> LibraryExport:
-    """The compiled PrimFuncs and Relax functions of `live` as one library at `path`; Relax
+def export_library(parts: ModuleParts, path: str) -> LibraryExport:
+    """The compiled PrimFuncs and Relax functions of the module as one library at `path`; Relax
     functions that call pyfuncs are left out (a library cannot carry Python)."""
-    state = live._assembly.state
+    state = parts.state
     left_out = {}
     relax_names = []
     for name, entry in state.entries.items():
@@ -258,7 +255,7 @@ def export_library(live: LiveModule, path: str) -> LibraryExport:
             relax_names.append(name)
     kernels = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
     mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
-    linked = _link_library(live._compiler.build, mod, kernels, path)
+    linked = _link_library(parts.build, mod, kernels, path)
     return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
 
 

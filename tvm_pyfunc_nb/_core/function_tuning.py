@@ -34,17 +34,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import CallError, CompileCacheWarning, CompileError, ScheduleError, last_reason
-from . import front_end, trust
-from .cells import RELAX
+from ..errors import CompileCacheWarning, ScheduleError, last_reason
+from . import trust
 from .cpu_schedules import default_schedule_of, vector_lanes
-from .front_end import Progress
+from .front_end_port import Progress
 from .scheduling import (
     RECORD_FILES,
     _import_tensor_intrinsics,
@@ -57,9 +55,7 @@ from .scheduling import (
     target_digest,
     tuning_database,
 )
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
+from .tables import text_table
 
 WORKLOAD = "main"  # a kernel's name inside its MetaSchedule workload
 RECORDS = RECORD_FILES[1]  # the tuning records of a JSONDatabase
@@ -305,8 +301,6 @@ class FunctionTuningReport:
         return [row.cells() for row in self.rows]
 
     def __repr__(self) -> str:
-        from .tracing import text_table
-
         return f"{self.summary()}\n{text_table(self.HEADER, self.table_rows())}"
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -527,57 +521,3 @@ def _per_kernel_callback_class():
 
 def _ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"
-
-
-# -- a Relax function's kernels: the schedules its pipeline's output gets ---------------------
-def tune_relax(live: LiveModule, fn: str, trials: int) -> FunctionTuningReport:
-    """The kernels Relax function `fn` of `live` runs, tuned together in `trials` trials; the
-    best schedules go into the module's kernel schedules (`live._schedules`)."""
-    build = live._compiler.build
-    if live.options.rpc or build.target.kind.name != "llvm":
-        raise ScheduleError(
-            "tune measures each candidate on this machine's CPU, so it needs a module for "
-            f"an llvm target run here (this one: --target {live.target}"
-            f"{' --rpc ' + live.options.rpc if live.options.rpc else ''})",
-            function=fn,
-        )
-    lowered = _unscheduled(live, fn, link_first=True)
-
-    def progress(todo: int) -> Progress:
-        return front_end.current().progress(live, f"tuning {fn}", todo, "trials")
-
-    return tune_function(lowered, fn, live._schedules, trials, progress)
-
-
-def dlight_relax(live: LiveModule, fn: str, how) -> list[str]:
-    """DLight over every kernel of Relax function `fn` of `live`, whenever it compiles; the
-    kernels it scheduled."""
-    if not (isinstance(how, str) and how == "dlight"):
-        raise CallError(
-            'schedule of a Relax function takes "dlight" (its kernels are the pipeline\'s); '
-            "a function of a Schedule applies to a PrimFunc",
-            function=fn,
-        )
-    # not linked first: on a GPU the kernels may not compile before DLight binds them
-    scheduled = live._schedules.dlight_kernels_of(_unscheduled(live, fn, link_first=False), fn)
-    if not scheduled:
-        raise ScheduleError(
-            f"DLight has no schedule for any kernel of it on target "
-            f"{live._compiler.build.target.kind.name} (its kernels are scheduled already, or, on "
-            "a CPU, are not GEMV or reductions: try tune)",
-            function=fn,
-        )
-    live._schedules.dlight.add(fn)
-    return scheduled
-
-
-def _unscheduled(live: LiveModule, fn: str, *, link_first: bool) -> tvm.IRModule:
-    """Relax function `fn` of `live` after its pipeline, its kernels as the pipeline made them."""
-    live.entry(fn, kind=RELAX, needed_by="tune" if link_first else "schedule")
-    compiler, state = live._compiler, live._assembly.state
-    if link_first:
-        compiler.linked_for(state, fn)  # compile errors first, as a call would give them
-    try:
-        return compiler.build.lower(compiler.vm_module(state, [fn]), scheduled=False)
-    except Exception as err:  # TVM raises many types; each means "this does not lower"
-        raise CompileError(f"Relax lowering failed: {last_reason(err)}", function=fn) from err

@@ -1,6 +1,7 @@
 """`LiveModule`: one IRModule built from many cells, changed in place, compiled lazily.
 
-The facade: each method is a delegation to the part that owns its concern.
+The facade. It makes the parts of a module once, hands them to each feature
+as one `ModuleParts` (module_parts.py), and delegates:
 
 - `Assembly` (assembly.py): contributions (cells, added modules, schedules)
   in, one checked IRModule out, transactionally;
@@ -10,21 +11,21 @@ The facade: each method is a delegation to the part that owns its concern.
   device; the resolver of
 - the `CallTable` (call_table.py): the fast callables (callables.py) and
   the latest call of each function;
-- features, each a function in its own module: `trace` (tracing.py),
-  `compare` (comparing.py), `time` (timing.py), `lowered`/`kernels`/`source`
-  (lowering.py), `schedule`/`tune` (scheduling.py), `export` (exporting.py),
-  edit text (editing.py).
+- features, each a function of the parts in its own module: `trace`
+  (tracing.py), `compare` (comparing.py), `time` (timing.py),
+  `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning.py),
+  `export` (exporting.py), `script`/`edit_text` (script_text.py).
 
-The rule that ties them together is `_commit`: when the module (or its
-compiled code) changes, the call table's handles re-resolve at their next
-call. The core knows nothing about IPython; a front end (front_end.py) is
-asked for what needs one.
+What it owns itself is the one rule that ties the parts together, `_commit`:
+when the module (or its compiled code) changes, the call table's handles
+re-resolve at their next call; features that change the module return a
+contribution for it to commit. The core knows nothing about IPython; a front
+end (front_end_port.py) is asked for what needs one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,27 +33,26 @@ import tvm
 
 from . import (
     comparing,
-    editing,
     exporting,
-    front_end,
-    function_tuning,
+    front_end_port,
     lowering,
-    scheduling,
+    script_text,
     timing,
     tracing,
+    tuning,
 )
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
 from .build import Build, CompileRecord, CompileStats
-from .call_errors import unknown_function, wrong_kind
 from .call_table import CallTable, RecordView
-from .callables import signature_of
+from .callables import LazyCallable
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
-from .editing import ConstantTable, module_text, name_constants
+from .editing import ConstantTable
 from .function_tuning import KernelSchedules, schedules_dir
-from .importing import TorchOrigin, added_contribution, constant_names, import_torch
+from .importing import added_contribution, import_torch
+from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
 from .remote import RemoteDevice
@@ -80,28 +80,39 @@ class LiveModule(UpstreamInterface):
         self.stats = CompileStats()
         remote = self.options.rpc or None
         # a remote VM runs on the server, which cannot call back into this process's Python
-        self._assembly = Assembly(name, relax_may_call_python=remote is None)
+        assembly = Assembly(name, relax_may_call_python=remote is None)
         build = Build(self.options, self.stats, persistent_cache, name)
         check_target_runs_on(build.target, self.options, self.device)
-        build.on_compile = front_end.compile_hook(self)
+        build.on_compile = front_end_port.compile_hook(self)
         tuned = schedules_dir(persistent_cache, name, build.target)
-        self._schedules = KernelSchedules(tuned, build.target)
-        build.after_pipeline = self._schedules.apply
-        self._calls = CallTable(self.stats, vars(self))
-        self._compiler = Compiler(build, PyFuncBridge(self._calls, name))
-        parts = (self, self._assembly, self._compiler, self._calls, self.device)
+        schedules = KernelSchedules(tuned, build.target)
+        build.after_pipeline = schedules.apply
+        calls = CallTable(self.stats, vars(self))
+        compiler = Compiler(build, PyFuncBridge(calls, name))
+        common = (self, assembly, compiler, calls, self.device)
         if remote:
             device = RemoteDevice(remote, self.options, self.stats.uploads.append)
-            self._runner = RemoteRunner(*parts, device)
+            runner = RemoteRunner(*common, device)
         else:
-            self._runner = LocalRunner(*parts)
-        self._calls.resolver = self._runner.resolve
-        self._torch_origins: dict[str, TorchOrigin] = {}
-        self._consts = ConstantTable()
+            runner = LocalRunner(*common)
+        calls.resolver = runner.resolve
+        self._parts = ModuleParts(
+            name,
+            self.options,
+            self.device,
+            assembly,
+            compiler,
+            runner,
+            calls,
+            schedules,
+            torch_origins={},
+            constants=ConstantTable(),
+            owner=self,
+        )
         self._extern_called: dict[str, None] = {}  # packed functions `call_dps_packed` looked up
         # names `NAME.<name>` gives the module's own, not a function's
         self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
-        self._calls.reserved = self._own_names
+        calls.reserved = self._own_names
 
     # -- contributions -------------------------------------------------------------
     def run_cell(self, text: str, *, key=None, origin=None, reset=False, header=None, eager=False):
@@ -117,7 +128,7 @@ class LiveModule(UpstreamInterface):
             contribution, reset = cell_contribution(
                 self._state, text, key, number, filename, origin, reset, self
             )
-            return self._apply(self._assembly.propose(contribution, reset=reset), eager=eager)
+            return self._apply(self._parts.assembly.propose(contribution, reset=reset), eager=eager)
         except BaseException:
             forget_cell_text(filename)  # nothing of this run was committed
             raise
@@ -126,11 +137,11 @@ class LiveModule(UpstreamInterface):
         """Forget what contribution `key` brought (as if it had never run); returns what left."""
         if key not in self._state.contributions:
             return []
-        return self._apply(self._assembly.propose(drop=[key])).removed
+        return self._apply(self._parts.assembly.propose(drop=[key])).removed
 
     def add_python_function(self, name: str, func: Callable) -> None:
         """Add a pyfunc at run time: callable from Relax through `R.call_py_func`, in `script()`."""
-        self._apply(self._assembly.propose(python_function(name, func)))
+        self._apply(self._parts.assembly.propose(python_function(name, func)))
 
     def add(self, obj, *, name: str | None = None) -> UpdateResult:
         """Add what `obj` holds as one contribution: an IRModule (every function, its constants),
@@ -138,7 +149,7 @@ class LiveModule(UpstreamInterface):
         pyfunc), or a list of them. Adding the same names again replaces it."""
         result = self._add(obj, name, f"{self.name}.add({_what(obj)})")
         for defined in result.defined:  # no longer the function a PyTorch model became
-            self._torch_origins.pop(defined, None)
+            self._parts.torch_origins.pop(defined, None)
         return result
 
     def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
@@ -146,35 +157,36 @@ class LiveModule(UpstreamInterface):
         through `torch.export`; `compare(name, model, ...)` then goes op by op."""
         func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
         result = self._add(func, name, f"{self.name}.add_torch({type(model).__name__})")
-        self._torch_origins[name] = origin
+        self._parts.torch_origins[name] = origin
         return result
 
     def _add(self, obj, name: str | None, origin: str) -> UpdateResult:
         contribution = added_contribution(
             obj, name=name, module_name=self.name, namespace=self.namespace, origin=origin
         )
-        return self._apply(self._assembly.propose(contribution))
+        return self._apply(self._parts.assembly.propose(contribution))
 
     def _apply(self, proposal: Proposal, *, eager: bool = False) -> UpdateResult:
         proposal.result.shadowed = [n for n in proposal.result.defined if n in self._own_names]
         if eager:
-            proposal.result.compiled = self._compiler.check(proposal.state)
+            proposal.result.compiled = self._parts.compiler.check(proposal.state)
         self._commit(proposal)
         return proposal.result
 
     def _commit(self, proposal: Proposal | None = None) -> None:
         """The one rule: the module changed (`proposal`), or its compiled code did (no proposal),
         so every handle re-resolves at its next call."""
+        calls = self._parts.calls
         if proposal is None:
-            self._calls.changed()
+            calls.changed()
             return
-        self._assembly.commit(proposal)
-        self._calls.changed(redefined=proposal.fresh, remaining=proposal.state.entries)
+        self._parts.assembly.commit(proposal)
+        calls.changed(redefined=proposal.fresh, remaining=proposal.state.entries)
 
     # -- what is there -------------------------------------------------------------
     @property
     def _state(self) -> ModuleState:
-        return self._assembly.state
+        return self._parts.assembly.state
 
     @property
     def ir_mod(self) -> tvm.IRModule:
@@ -189,17 +201,12 @@ class LiveModule(UpstreamInterface):
     @property
     def last_calls(self) -> dict:
         """`{name: CallRecord}`: each function's latest call (arguments, result, own run time)."""
-        return RecordView(self._calls.records)
+        return RecordView(self._parts.calls.records)
 
     def entry(self, name: str, *, kind: str | None = None, needed_by: str = "") -> FunctionEntry:
         """What the module knows of function `name` (source, kind, origin, TVM function); with
         `kind`, a `CallError` if it is of another kind (`needed_by` says what needed it)."""
-        entry = self._state.entries.get(name)
-        if entry is None:
-            raise unknown_function(self.name, self._state.entries, name)
-        if kind is not None and entry.kind != kind:
-            raise wrong_kind(entry, kind, needed_by)
-        return entry
+        return self._parts.entry(name, kind=kind, needed_by=needed_by)
 
     def origin_of(self, name: str) -> str:
         """Where function `name` comes from now, as notices say it ("cell In[3]")."""
@@ -208,7 +215,7 @@ class LiveModule(UpstreamInterface):
     @property
     def is_stale(self) -> bool:
         """True when the module changed since its last compile (the next call compiles that)."""
-        return self._compiler.is_stale(self._state)
+        return self._parts.compiler.is_stale(self._state)
 
     def __repr__(self) -> str:
         kinds = list(self.functions.values())
@@ -222,12 +229,11 @@ class LiveModule(UpstreamInterface):
     def script(self) -> str:
         """TVMScript of the whole module, every pyfunc's source included; it parses back (in a
         `%%tvmmodule` cell: weights are written `NAME.consts.<name>`)."""
-        names, prefix = self._constant_names(), f"{self.name}.consts."
-        return module_text(self.name, self.ir_mod, self.consts, names, prefix)
+        return script_text.script(self._parts)
 
     def show(self) -> None:
         """Display the module's widget: a tab per function (script, latest call), the script."""
-        front_end.current().show(self)
+        front_end_port.current().show(self)
 
     def as_torch(self, fn: str) -> str:
         """Relax function `fn` as PyTorch source text; what it cannot map is flagged."""
@@ -239,144 +245,119 @@ class LiveModule(UpstreamInterface):
     def consts(self) -> ConstantTable:
         """The module's weights by name: `NAME.consts.fc1_weight` is the constant itself, as
         edit and script text write it; `NAME.consts.numpy(name)` its value."""
-        name_constants(self.ir_mod, self._consts, self._constant_names())
-        return self._consts
-
-    def _constant_names(self) -> dict:
-        """Weights' names as the importer knew them (`fc1_weight`), for edit and export text."""
-        return constant_names(self._torch_origins.values())
+        return self._parts.consts
 
     # -- looking inside, leaving the notebook (each in its own module) ---------------------
     def edit_text(self, fn: str) -> str:
         """The cell that defines `fn` now: `%%tvmmodule NAME` and its TVMScript (a pyfunc's
         source), weights as `NAME.consts.<name>`. Running it makes the cell `fn`'s owner."""
-        return editing.edit_text(self, fn)
+        return script_text.edit_text(self._parts, fn)
 
     def edit(self, fn: str) -> str | None:
         """Put `fn`'s cell (`edit_text`) in a new cell below, as `%load` does (outside a notebook,
         return the text)."""
         text = self.edit_text(fn)
-        return None if front_end.current().next_input(text) else text
+        return None if front_end_port.current().next_input(text) else text
 
     def export(self, path: str, *, example: tuple | None = None) -> str:
         """Write the module to `path` as a standalone Python file that runs with plain TVM;
         `example=("fn", args)` runs now, and `python path` checks it gives the same numbers."""
-        return exporting.export(self, path, example)
+        return exporting.export(self._parts, path, example)
 
     def export_library(self, path: str) -> exporting.LibraryExport:
         """Export the compiled PrimFuncs and Relax VM as one library at `path`, for
         `tvm.runtime.load_module` (Relax functions that call pyfuncs are left out)."""
-        return exporting.export_library(self, path)
+        return exporting.export_library(self._parts, path)
 
     def trace(self, fn: str, *args) -> tracing.Trace:
         """Run Relax function `fn` once and return every intermediate by binding name, in order,
         as `torch.Tensor`s; shown as a table of binding, op, shape, dtype, min/max/mean."""
-        return tracing.trace(self, fn, args)
+        return tracing.trace(self._parts, fn, args)
 
     def compare(self, fn: str, reference, *args, rtol=1e-5, atol=1e-6) -> comparing.Comparison:
         """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's
         error, pass/fail; op by op when `fn` came from `add_torch(reference)`."""
-        return comparing.compare(self, fn, reference, args, rtol, atol)
+        return comparing.compare(self._parts, fn, reference, args, rtol, atol)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc
         after TIR lowering."""
-        return lowering.lowered(self, fn)
+        return lowering.lowered(self._parts, fn)
 
     def kernels(self, fn: str) -> list[str]:
         """The kernels Relax function `fn` runs after the pipeline, in order (with --offload
         torch, its PyTorch calls too)."""
-        return lowering.kernels(self, fn)
+        return lowering.kernels(self._parts, fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:
         """The code TVM generated for `fn`: LLVM IR (`"ll"`) or assembly (`"asm"`) on a CPU,
         CUDA source on CUDA; for a Relax function, that of every kernel it runs."""
-        return lowering.source(self, fn, fmt)
+        return lowering.source(self._parts, fn, fmt)
 
     def time(self, fn: str, *args, number=10, repeat=5, against=None) -> timing.Timing:
         """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
         clock); `against=callable` times a reference on the same inputs and shows the ratio."""
-        return timing.time_function(self, fn, args, number, repeat, against)
+        return timing.time_function(self._parts, fn, args, number, repeat, against)
 
     def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or
         a function of a `tvm.s_tir.Schedule`; the result replaces it until its cell runs again.
         On a Relax function, DLight over every kernel its pipeline makes (returns which)."""
-        if self.entry(kernel).kind == RELAX:
-            return self._schedules_changed(function_tuning.dlight_relax(self, kernel, how))
-        return self._apply(self._assembly.propose(scheduling.schedule(self, kernel, how)))
+        return self._scheduled(tuning.schedule(self._parts, kernel, how))
 
     def tune(self, kernel: str, trials: int = 32):
         """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates, progress shown) and use
         the best schedule, as `schedule` does; a Relax function's kernels are tuned together and
         used whenever it compiles. The database is kept in the compile cache for next time."""
-        if self.entry(kernel).kind == RELAX:
-            return self._schedules_changed(function_tuning.tune_relax(self, kernel, trials))
-        contribution, report = scheduling.tune(self, kernel, trials)
-        self._apply(self._assembly.propose(contribution))
-        return report
+        return self._scheduled(tuning.tune(self._parts, kernel, trials))
 
-    def _schedules_changed(self, result):  # the pipeline's kernels are scheduled otherwise now
-        self._compiler.forget_linked()
-        self._commit()
-        return result
+    def _scheduled(self, change: tuning.Scheduled):
+        if change.contribution is None:  # the pipeline's kernels are scheduled otherwise now
+            self._parts.compiler.forget_linked()
+            self._commit()
+            return change.result
+        applied = self._apply(self._parts.assembly.propose(change.contribution))
+        return applied if change.result is None else change.result
 
     # -- compiling -----------------------------------------------------------------
     def compile(self) -> list[CompileRecord]:
         """Compile what changed since the last compile (what a call would do lazily)."""
-        return self._compiler.compile(self._state)
+        return self._parts.compiler.compile(self._state)
 
     def recompile(self) -> list[CompileRecord]:
         """Compile everything again, bypassing every cache."""
         self._commit()  # handles let go of the code compiled before
-        return self._compiler.recompile(self._state)
+        return self._parts.compiler.recompile(self._state)
 
     @property
     def module(self) -> CompiledPyModule:
         """The current compiled module as TVM's own `BasePyModule`, compiling first if stale."""
-        return self._compiler.module(self._state, self.device)
+        return self._parts.compiler.module(self._state, self.device)
 
     # -- calling -------------------------------------------------------------------
     def __getattr__(self, name: str):
         """`NAME.fn`: a callable for function `fn`, compiled at its first call."""
         if name.startswith("_"):
             raise AttributeError(name)
-        return LazyCallable(self._calls, self.name, self.entry(name))
+        return LazyCallable(self._parts.calls, self.name, self.entry(name))
 
     # -- lifetime ------------------------------------------------------------------
     @property
     def kept(self) -> dict[str, int]:
         """What this module holds on to: kernel versions, Relax VMs, `R.call_py_func` names."""
-        return self._compiler.kept()
+        return self._parts.compiler.kept()
 
     def close(self) -> None:
         """Release compiled code, this module's `R.call_py_func` names and its remote session."""
-        self._runner.close()
-        self._compiler.close()
+        self._parts.runner.close()
+        self._parts.compiler.close()
         self._commit()  # callables handed out earlier see the change and ask again
 
     def __del__(self):
         # at interpreter shutdown this may fail: the registry is cleared at exit anyway
         with contextlib.suppress(Exception):
-            self._compiler.bridge.close()
+            self._parts.compiler.bridge.close()
 
 
 def _what(obj) -> str:
     return f"{len(obj)} functions" if isinstance(obj, (list, tuple)) else type(obj).__name__
-
-
-class LazyCallable:
-    """`NAME.fn` before `fn` was called: the call table resolves it at the first call, then
-    hands over to the fast path."""
-
-    def __init__(self, calls: CallTable, module: str, entry: FunctionEntry):
-        self._calls, self._module, self._kind = calls, module, entry.kind
-        self.__name__ = entry.name
-        self.__signature__ = signature_of(entry)
-        self.__doc__ = inspect.getdoc(entry.pyfunc) if entry.pyfunc is not None else None
-
-    def __call__(self, *args, **kwargs):
-        return self._calls.handle(self.__name__)(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"<{self._kind} {self._module}.{self.__name__}>"

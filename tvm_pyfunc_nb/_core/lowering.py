@@ -11,17 +11,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import tvm
 from tvm import relax
 
 from ..errors import CallError
 from .cells import PRIMFUNC, RELAX
+from .module_parts import ModuleParts
 from .offload import PREFIX, torch_calls
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
 
 CPU_FORMATS = {"ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm"}
 
@@ -95,30 +91,30 @@ def generated_source(lib, name: str, target: tvm.target.Target, fmt: str | None)
     return "\n".join(m.inspect_source() for m in devices)
 
 
-def lowered(live: LiveModule, fn: str) -> str:
-    """`fn` of `live` as TVM lowered it: a Relax function after the module's pipeline (with the
+def lowered(parts: ModuleParts, fn: str) -> str:
+    """`fn` as TVM lowered it: a Relax function after the module's pipeline (with the
     kernels it calls), a PrimFunc after TIR lowering."""
-    entry = live.entry(fn)
+    entry = parts.entry(fn)
     if entry.kind == PRIMFUNC:
-        return lowered_prim_func(live._compiler.build, fn, entry.func)
-    return lowered_relax(_linked(live, fn, "lowered"), fn)
+        return lowered_prim_func(parts.build, fn, entry.func)
+    return lowered_relax(_linked(parts, fn, "lowered"), fn)
 
 
-def kernels(live: LiveModule, fn: str) -> list[str]:
-    """The kernels (PrimFuncs) Relax function `fn` of `live` runs after the module's pipeline,
+def kernels(parts: ModuleParts, fn: str) -> list[str]:
+    """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline,
     in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...)."""
-    return run_order(_linked(live, fn, "kernels"), fn)
+    return run_order(_linked(parts, fn, "kernels"), fn)
 
 
-def source(live: LiveModule, fn: str, fmt: str | None) -> str:
-    """The code TVM generated for `fn` of `live`; for a Relax function, every kernel's."""
-    entry = live.entry(fn)
-    build = live._compiler.build
+def source(parts: ModuleParts, fn: str, fmt: str | None) -> str:
+    """The code TVM generated for `fn`; for a Relax function, every kernel's."""
+    entry = parts.entry(fn)
+    build = parts.build
     target = build.target
     # built again here: a library the compile cache loaded from disk holds no source
     if entry.kind == PRIMFUNC:
         return generated_source(build.build_kernel_module(fn, entry.func), fn, target, fmt)
-    linked = _linked(live, fn, "source")
+    linked = _linked(parts, fn, "source")
     comment = ";" if target.kind.name == "llvm" and fmt in (None, "ll", "llvm") else "//"
     return "\n".join(
         f"{comment} kernel {k}\n"
@@ -127,6 +123,6 @@ def source(live: LiveModule, fn: str, fmt: str | None) -> str:
     )
 
 
-def _linked(live: LiveModule, fn: str, needed_by: str):
-    live.entry(fn, kind=RELAX, needed_by=needed_by)
-    return live._compiler.linked_for(live._assembly.state, fn)
+def _linked(parts: ModuleParts, fn: str, needed_by: str):
+    parts.entry(fn, kind=RELAX, needed_by=needed_by)
+    return parts.compiler.linked_for(parts.state, fn)

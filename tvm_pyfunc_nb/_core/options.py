@@ -1,9 +1,10 @@
-"""The options of a live module, each declared once.
+"""The options of the extension and of each live module, each declared once.
 
 One `Option` yields the `%config TVMModuleMagics.<name>` trait, the
 `%%tvmmodule` flag (if it has one) and, for what a module is made for, the
 field of `ModuleOptions`. The magics build their traits and flags from
-`OPTIONS`; nothing else lists them.
+`OPTIONS`, and the core reads the defaults it needs from there
+(`default_of`); nothing else lists them or writes their defaults again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class Option:
     flag: str | None = None  # e.g. "--target"; None: set only with %config
     negated: bool = False  # the flag turns a true default off (`--unchecked` for `checked`)
     per_cell: bool = False  # how one cell runs (`--eager`), not what the module is made for
+    # one setting for the whole process (the compile cache), not what a module is made for
+    process_wide: bool = False
     metavar: str | None = None  # how the flag's help names its value
 
 
@@ -81,11 +84,32 @@ OPTIONS: tuple[Option, ...] = (
         per_cell=True,
     ),
     Option("quiet", False, "show nothing after the cell", "--quiet", per_cell=True),
+    Option(
+        "cache_dir",
+        "",
+        "persistent compile cache shared by kernels ('' turns it off); in IPython by default "
+        "$TVM_PYFUNC_NB_CACHE_DIR if set, else <IPython cache dir>/tvm_pyfunc_nb (%tvmcache "
+        "shows it)",
+        process_wide=True,
+    ),
+    Option(
+        "cache_max_mb",
+        512,
+        "size bound of the compile cache in MB; least recently used entries go first",
+        process_wide=True,
+    ),
 )
+OPTION_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def default_of(name: str) -> Any:
+    """The declared default of option `name`."""
+    return OPTION_BY_NAME[name].default
+
 
 ModuleOptions = dataclasses.make_dataclass(
     "ModuleOptions",
-    [(o.name, type(o.default), o.default) for o in OPTIONS if not o.per_cell],
+    [(o.name, type(o.default), o.default) for o in OPTIONS if not (o.per_cell or o.process_wide)],
     frozen=True,
 )
 ModuleOptions.__module__ = __name__

@@ -37,7 +37,6 @@ import torch
 from ..errors import CallError, TVMModuleError, last_reason
 from .compile_cache import export_library
 
-DEFAULT_TIMEOUT = 60.0  # seconds a remote step may take before the server is given up
 # What TVM says when the connection is gone (the server died, restarted, or timed the session out)
 _LOST = (
     "kShutdown",
@@ -83,7 +82,7 @@ class Address:
 class RemoteSession:
     """The process's one RPC session with a server (or a tracker's device), connected on demand."""
 
-    def __init__(self, address: Address, timeout: float = DEFAULT_TIMEOUT):
+    def __init__(self, address: Address, timeout: float):
         self.address = address
         self.timeout = timeout
         self.generation = 0  # moves on with every new connection: handles from before re-resolve

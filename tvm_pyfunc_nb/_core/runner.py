@@ -10,7 +10,7 @@ compiled code, compiling what it needs), and it runs compiled code once for
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -28,7 +28,11 @@ from .contributions import FunctionEntry
 from .guard_sites import name_the_binding
 from .remote import RemoteDevice
 from .tensors import to_tvm_tensor
-from .timing import evaluator_samples
+
+
+def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
+    """Seconds per call of each repeat, from a TVM `time_evaluator`."""
+    return tuple(float(s) for s in evaluator(*args).results)
 
 
 class Runner(ABC):

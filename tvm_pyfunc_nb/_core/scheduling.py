@@ -12,8 +12,8 @@
   of this process alone), so running it again with the trials already measured
   applies the best one without tuning again.
 
-The result is a new PrimFunc; the live module makes it a contribution of its
-own that replaces the kernel until the kernel's cell runs again.
+The result is a new PrimFunc; tuning.py makes it a contribution of its own
+that replaces the kernel until the kernel's cell runs again.
 """
 
 from __future__ import annotations
@@ -27,21 +27,14 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import tvm
 import tvm_ffi
 
-from ..errors import CallError, ScheduleError, last_reason
-from . import front_end, trust
-from .cells import PRIMFUNC, FunctionSource
+from ..errors import ScheduleError, last_reason
+from . import trust
 from .compile_cache import code_target
-from .contributions import Contribution, FunctionEntry, next_run
-from .front_end import Progress
-from .importing import typed_global_var
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
+from .front_end_port import Progress
 
 # the kernel's name inside the schedule, so that block lookups need no func_name
 SCHEDULED_NAME = "main"
@@ -390,56 +383,3 @@ def _run(lib, args_info) -> list[float]:
 
 
 _BUILT: dict[str, object] = {}  # artifact path -> library, from the builder to the runner
-
-
-# -- the live module's schedules: contributions derived from the kernel's own ----------------
-def schedule(live: LiveModule, kernel: str, how) -> Contribution:
-    """PrimFunc `kernel` of `live` scheduled `how` ("dlight" or a function of a Schedule)."""
-    entry = live.entry(kernel, kind=PRIMFUNC, needed_by="schedule")
-    if isinstance(how, str) and how == "dlight":
-        func, what = dlight(entry.func, kernel, live._compiler.build.target), repr("dlight")
-    elif callable(how):
-        func, what = by_hand(entry.func, kernel, how), getattr(how, "__name__", "a function")
-    else:
-        raise CallError(
-            'schedule: how must be "dlight" or a function of a tvm.s_tir.Schedule',
-            function=kernel,
-        )
-    return _replacing(live, entry, func, f"{live.name}.schedule({kernel!r}, {what})")
-
-
-def tune(live: LiveModule, kernel: str, trials: int) -> tuple[Contribution, TuningReport]:
-    """PrimFunc `kernel` of `live` as MetaSchedule tunes it in `trials` trials."""
-    if not isinstance(trials, int) or trials < 1:
-        raise CallError("tune: trials must be a positive number", function=kernel)
-    original = _original(live, live.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
-    build = live._compiler.build
-    work_dir = work_dir_for(build.persistent, kernel, original.func, build.target)
-    func, report = tuned(
-        original.func,
-        kernel,
-        build.target,
-        trials,
-        work_dir,
-        lambda todo: front_end.current().progress(live, f"tuning {kernel}", todo),
-    )
-    origin = f"{live.name}.tune({kernel!r}, trials={trials})"
-    return _replacing(live, original, func, origin), report
-
-
-def _original(live: LiveModule, entry: FunctionEntry) -> FunctionEntry:
-    """The kernel as its cell (or `add`) made it, before any schedule."""
-    contributions = live._assembly.state.contributions
-    base = contributions.get(contributions[entry.contribution].derived_from)
-    return base.functions[entry.name] if base is not None else entry
-
-
-def _replacing(live: LiveModule, entry: FunctionEntry, func, origin: str) -> Contribution:
-    """`func` as kernel `entry.name`: a contribution of its own, derived from the original's."""
-    name = entry.name
-    base = _original(live, entry).contribution
-    key = ("schedule", name)
-    func = func.with_attr("global_symbol", name)
-    source = FunctionSource(name, PRIMFUNC, "", 0)
-    scheduled = FunctionEntry(source, key, "", typed_global_var(name, func), func, run=next_run())
-    return Contribution(key, origin, {name: scheduled}, derived_from=base, reports_rerun=True)

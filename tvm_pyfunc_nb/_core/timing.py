@@ -17,7 +17,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import tvm
@@ -25,10 +24,8 @@ import tvm
 from ..errors import CallError, last_reason
 from .cells import PRIMFUNC, PYFUNC
 from .crash_guards import has_guards
+from .module_parts import ModuleParts
 from .tables import text_table
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
 
 
 @dataclass(frozen=True)
@@ -97,11 +94,6 @@ class Timing:
             text_table(("", "mean", "median", "std", "measured by"), self.rows()),
         ]
         return "\n".join(lines + ([self.note] if self.note else []))
-
-
-def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
-    """Seconds per call of each repeat, from a TVM `time_evaluator`."""
-    return tuple(float(s) for s in evaluator(*args).results)
 
 
 def wall_clock_samples(
@@ -188,18 +180,19 @@ def duration(seconds: float, digits: int = 3) -> str:
 
 
 def time_function(
-    live: LiveModule, fn: str, args: tuple, number: int, repeat: int, against
+    parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int, against
 ) -> Timing:
-    """Time `fn` of `live` on `args` on its device, and `against` (if given) on the same inputs."""
+    """Time `fn` on `args` on the module's device, and `against` (if given) on the same inputs."""
     if number < 1 or repeat < 1:
         raise CallError("time: number and repeat must be at least 1", function=fn)
-    entry = live.entry(fn)
-    live.get_function(fn)(*args)  # compiles if needed, and checks the arguments
+    entry = parts.entry(fn)
+    function = parts.function(fn)
+    function(*args)  # compiles if needed, and checks the arguments
     if entry.kind == PYFUNC:
-        samples = wall_clock_samples(live.get_function(fn), args, number, repeat)
+        samples = wall_clock_samples(function, args, number, repeat)
         mine = Measurement(fn, samples, "wall clock", torch.get_num_threads())
     else:
-        runner = live._runner
+        runner = parts.runner
         samples = runner.time(entry, args, number, repeat)
         threads = tvm_threads() if runner.on_this_cpu else None
         mine = Measurement(fn, samples, f"time_evaluator on {runner.where}", threads)
@@ -216,7 +209,7 @@ def time_function(
             ) from err
         reference = reference_measurement(against, args, number, repeat, mine.threads)
     note = ""
-    if entry.kind == PRIMFUNC and live.options.checked and has_guards(entry.func, fn):
+    if entry.kind == PRIMFUNC and parts.options.checked and has_guards(entry.func, fn):
         note = (
             f"`{fn}` carries bounds or division checks (the crash guards); "
             "a module made with --unchecked times it without them"

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import tvm
 from tvm import relax
 
 from .cells import PYFUNC, RELAX
+from .module_parts import ModuleParts
 from .relax_rewrite import relax_closure, sub_module
 from .tables import text_table
 from .tensors import to_torch
-
-if TYPE_CHECKING:
-    from .live_module import LiveModule
 
 
 @dataclass(frozen=True)
@@ -146,18 +143,18 @@ def _dtype(value: torch.Tensor) -> str:
     return str(value.dtype).removeprefix("torch.")
 
 
-def trace(live: LiveModule, fn: str, args: tuple) -> Trace:
-    """Run Relax function `fn` of `live` once on `args`, every intermediate kept by binding."""
-    entry = live.entry(fn, kind=RELAX, needed_by="trace")
+def trace(parts: ModuleParts, fn: str, args: tuple) -> Trace:
+    """Run Relax function `fn` once on `args`, every intermediate kept by binding."""
+    entry = parts.entry(fn, kind=RELAX, needed_by="trace")
     copy, taps = tapped(entry.func)
-    state = live._assembly.state
+    state = parts.state
     names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
     mod = sub_module(state.ir_mod, names)
     mod = tvm.IRModule(
         {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
         attrs=mod.attrs,
     )
-    compiler = live._compiler
+    compiler = parts.compiler
     linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
-    output, values = live._runner.run_relax(fn, linked, entry, args)
+    output, values = parts.runner.run_relax(fn, linked, entry, args)
     return Trace(fn, traced_values(taps, values), output)

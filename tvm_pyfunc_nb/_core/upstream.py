@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .arguments import out_ty_of
-from .callables import call_dps_packed, call_tir
+from .callables import LazyCallable, call_dps_packed, call_tir
 from .cells import PRIMFUNC, PYFUNC
 from .tensors import to_torch, to_tvm_tensor
 
@@ -31,14 +31,18 @@ class UpstreamInterface:
         return listed
 
     def get_function(self, name: str) -> Callable:
-        """As upstream `BasePyModule.get_function(name)`: the callable of function `name`."""
-        self.entry(name)
+        """As upstream `BasePyModule.get_function(name)`: the callable of function `name` (also
+        where the module's own attribute takes the name: `NAME.kernels` is the method)."""
+        entry = self.entry(name)
+        if name in self._own_names:
+            return LazyCallable(self._parts.calls, self.name, entry)
         return getattr(self, name)
 
     def call_tir(self, tir_func, args, out_ty=None, *, out_sinfo=None):
         """Allocate outputs per `out_ty`, then call PrimFunc `tir_func` (a name or a function);
         `out_sinfo=` is TVM's spelling before 0.27."""
-        return call_tir(self, tir_func, args, out_ty, out_sinfo)
+        parts = self._parts
+        return call_tir(parts.entry, parts.calls, tir_func, args, out_ty, out_sinfo)
 
     def call_dps_packed(self, name: str, args, out_ty=None, *, out_sinfo=None):
         """Call global packed function `name` destination-passing style, as upstream does: the
@@ -54,7 +58,8 @@ class UpstreamInterface:
     def call_py_func(self, name: str, args):
         """Call pyfunc `name` with `args` (a list or tuple), `self` being this live module."""
         self.entry(name, kind=PYFUNC, needed_by="call_py_func")
-        return self._calls.handle(name)(*(args if isinstance(args, (list, tuple)) else [args]))
+        args = args if isinstance(args, (list, tuple)) else [args]
+        return self._parts.calls.handle(name)(*args)
 
     @staticmethod
     def _convert_pytorch_to_tvm(tensors):

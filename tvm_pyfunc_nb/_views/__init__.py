@@ -1,1 +1,1 @@
-"""The views: pure rendering (`render`), ipywidgets (`widgets`), the view registry. Internal."""
+"""The views: rendering (`render`), ipywidgets (`widgets`), the notebook front end. Internal."""

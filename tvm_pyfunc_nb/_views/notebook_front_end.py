@@ -3,7 +3,7 @@
 - Every view made is registered here, so that after each cell `refresh_views`
   can bring them up to date, and a new view of a cell closes the one of its
   previous run.
-- `NotebookFrontEnd` is what the core asks for through `front_end.current()`:
+- `NotebookFrontEnd` is what the core asks for through `front_end_port.current()`:
   the module view (`NAME.show()`), a new cell below (`NAME.edit`), long
   compiles and tuning runs shown in the module's views.
 - `register_formatters` makes a `LiveModule` that ends a cell show its module
@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .._core.front_end import FrontEnd, Progress
+from .._core.front_end_port import FrontEnd, Progress
 from .._core.live_module import LiveModule, UpdateResult
 from . import render
 from .widgets import CellWidget, ModuleWidget, ProgressLine
