@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from IPython.core.error import UsageError
 
-from tvm_pyfunc_nb import TVMModuleError
+from tvm_pyfunc_nb import CallError, TVMModuleError
 
 X = torch.arange(5, dtype=torch.float32)
 
@@ -87,3 +88,23 @@ def test_a_blank_cell_defines_nothing(shell):
     view = shell.cell("demo", "   \n# only a comment\n")
     assert "nothing" in shell.text(view)
     assert shell.ns["demo"].functions == {}
+
+
+def test_a_cell_that_fails_changes_nothing_even_with_reset(shell):
+    shell.cell("demo", SCALE_PYFUNC)
+    demo = shell.ns["demo"]
+    scale = demo.scale  # a handle taken before: it must keep working
+    bad = ["--target nonsense", "--device nowhere", "--pipeline nonsense", "--offload nonsense"]
+    for options in [*bad, "--rpc nonsense", "--unchecked", ""]:
+        # wrong options, or good ones (other than NAME's, or the same) and a body that fails
+        body = "x = 1\n" if options in ("--unchecked", "") else ADD_TIR
+        shell.cell("demo", body, options=f"--reset {options}", expect_error=TVMModuleError)
+        assert shell.ns["demo"] is demo and shell.magics.modules["demo"] is demo, options
+        assert demo.options.checked and set(demo.functions) == {"scale"}
+        assert torch.equal(scale(X), X * 10), options
+    shell.cell("demo", ADD_TIR, options="--reset --unchecked")  # a good cell replaces it
+    assert shell.ns["demo"] is not demo and set(shell.ns["demo"].functions) == {"add_tir"}
+    with pytest.raises(CallError, match="dropped"):  # the module it replaced is closed
+        scale(X)
+    shell.cell("fresh", "x = 1\n", expect_error=TVMModuleError)  # a first cell that fails
+    assert "fresh" not in shell.ns and "fresh" not in shell.magics.modules
