@@ -51,6 +51,7 @@ from .scheduling import (
     _tuning_target,
     dlight_rules,
     measured_seconds,
+    refuse_unless_measured_here,
 )
 
 if TYPE_CHECKING:
@@ -511,14 +512,7 @@ def _ms(seconds: float | None) -> str:
 def tune_relax(live: LiveModule, fn: str, trials: int) -> FunctionTuningReport:
     """The kernels Relax function `fn` of `live` runs, tuned together in `trials` trials; the
     best schedules go into the module's kernel schedules (`live._schedules`)."""
-    build = live._compiler.build
-    if live.options.rpc or build.target.kind.name != "llvm":
-        raise ScheduleError(
-            "tune measures each candidate on this machine's CPU, so it needs a module for "
-            f"an llvm target run here (this one: --target {live.target}"
-            f"{' --rpc ' + live.options.rpc if live.options.rpc else ''})",
-            function=fn,
-        )
+    refuse_unless_measured_here(live, fn)
     lowered = _unscheduled(live, fn, link_first=True)
 
     def progress(todo: int) -> Progress:

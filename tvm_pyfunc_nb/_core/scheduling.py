@@ -381,6 +381,7 @@ def tune(live: LiveModule, kernel: str, trials: int) -> tuple[Contribution, Tuni
     """PrimFunc `kernel` of `live` as MetaSchedule tunes it in `trials` trials."""
     if not isinstance(trials, int) or trials < 1:
         raise CallError("tune: trials must be a positive number", function=kernel)
+    refuse_unless_measured_here(live, kernel)
     original = _original(live, live.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
     build = live._compiler.build
     cache_dir = str(build.persistent.directory) if build.persistent else None
@@ -395,6 +396,24 @@ def tune(live: LiveModule, kernel: str, trials: int) -> tuple[Contribution, Tuni
     )
     origin = f"{live.name}.tune({kernel!r}, trials={trials})"
     return _replacing(live, original, func, origin), report
+
+
+def refuse_unless_measured_here(live: LiveModule, fn: str) -> None:
+    """A `ScheduleError` before MetaSchedule starts, unless `live`'s code runs on this machine's
+    CPU: each candidate is measured here (elsewhere, every trial would fail to run)."""
+    build = live._compiler.build
+    rpc = f" --rpc {live.options.rpc}" if live.options.rpc else ""
+    if rpc or build.target.kind.name != "llvm":
+        why = f" (this one: --target {live.target}{rpc})"
+    elif build.cannot_run_here:
+        why = f"; --target {live.target} {build.cannot_run_here}"
+    else:
+        return
+    raise ScheduleError(
+        "tune measures each candidate on this machine's CPU, so it needs a module for an llvm "
+        f"target run here{why}",
+        function=fn,
+    )
 
 
 def _original(live: LiveModule, entry: FunctionEntry) -> FunctionEntry:
