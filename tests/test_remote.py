@@ -7,7 +7,9 @@ never answers is a socket of this process (`SilentServer`).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -339,6 +342,28 @@ def test_a_local_server_ends_with_the_process_that_started_it_however_that_ends(
     while listening(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not listening(port)
+
+
+def test_every_rpc_server_the_docs_start_listens_on_this_machine_only():
+    """A TVM RPC server (or tracker) runs any code it is sent: every one that the README and the
+    tutorials start, or tell users to start, is bound to 127.0.0.1 (LocalRPC's command is in
+    tutorial 09's output)."""
+    root = Path(__file__).resolve().parent.parent
+    texts = [(root / "README.md").read_text()]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            texts.append("".join(cell["source"]))
+            texts += ["".join(o.get("text", "")) for o in cell.get("outputs", [])]
+    started = [
+        (match.group(0), match.group(2))
+        for text in texts
+        for match in re.finditer(
+            r"tvm\.exec\.rpc_(server|tracker)((?:(?!python )[^`\"#])*)", " ".join(text.split())
+        )
+    ]
+    assert len(started) >= 5, started
+    for command, options in started:
+        assert "--host 127.0.0.1" in options, command
 
 
 def listening(port: int) -> bool:
