@@ -7,6 +7,7 @@ never answers is a socket of this process (`SilentServer`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, MLP, RELAX_CALLS_BOTH, SCALE
 from tvm.rpc import base
 
 from tvm_pyfunc_nb import CallError, IllFormedModuleError, LiveModule, TVMModuleError
+from tvm_pyfunc_nb._core import rpc_connection
 from tvm_pyfunc_nb.testing import LocalRPC
 
 pytestmark = pytest.mark.slow
@@ -248,6 +250,18 @@ def test_a_server_that_never_answers_costs_the_timeout_per_call_and_leaves_nothi
             assert time.monotonic() - started < 5
             assert left_behind(silent.port) == before
         live.close()
+
+
+def test_looking_for_the_session_socket_leaves_every_socket_in_its_mode():
+    mine, other = socket.socketpair()  # blocking, as TVM's socket is
+    socket.setdefaulttimeout(5)  # a socket object made on a descriptor then turns it non-blocking
+    try:
+        rpc_connection._tcp_sockets()
+    finally:
+        socket.setdefaulttimeout(None)
+    with mine, other:
+        for sock in (mine, other):
+            assert not fcntl.fcntl(sock.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK
 
 
 def test_the_interpreter_exits_promptly_after_calls_to_servers_that_never_answer():

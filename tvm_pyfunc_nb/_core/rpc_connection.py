@@ -13,11 +13,14 @@ The threads are daemons: nothing stuck ever keeps the interpreter from exiting.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from ..errors import CallError
 
 # How long a step may take to end once its socket is shut (it fails at the next `recv`)
 _ENDING_SECONDS = 2.0
@@ -48,10 +51,10 @@ class Connection:
                 _on_socket(fd, local, socket.socket.close)
             raise
         found = self._new_sockets()
-        if len(found) != 1:
-            raise RuntimeError(
-                f"cannot tell which socket TVM's RPC client opened to port {self.port} "
-                f"({len(found)} new connections)"
+        if len(found) != 1:  # then a server that hangs could not be given up
+            raise CallError(
+                f"--rpc {self.host}:{self.port}: cannot tell which socket TVM's RPC client "
+                f"opened ({len(found)} new ones to that port)"
             )
         self._socket, self.session = found[0], session
 
@@ -128,8 +131,11 @@ def _addresses(sock: socket.socket) -> tuple[Any, Any] | None:
 def _on_socket(fd: int, local: Any, action: Callable[[socket.socket], Any]) -> Any:
     """`action` on the socket of file descriptor `fd` (None if `fd` is no socket any more, or
     no longer the one bound to `local`, unless that is None, or not connected); the descriptor
-    stays open unless `action` closes it."""
+    stays open unless `action` closes it, and in the mode it was in (a Python socket made on it
+    turns it non-blocking when `socket.setdefaulttimeout` was called: its owner's reads would
+    fail)."""
     try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
         sock = socket.socket(fileno=fd)
     except OSError:  # not a socket, or closed meanwhile
         return None
@@ -142,3 +148,5 @@ def _on_socket(fd: int, local: Any, action: Callable[[socket.socket], Any]) -> A
     finally:
         if sock.fileno() != -1:
             sock.detach()
+            if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
+                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
