@@ -27,7 +27,7 @@ def pytest_configure(config):
 # one. A new slow file belongs here.
 SECONDS = {
     "tests/test_binder.py": 105,
-    "tests/test_remote.py": 96,
+    "tests/test_remote.py": 108,
     "tests/test_real_models.py::TestHalfTheZoo": 85,
     "tests/test_real_models.py::TestTheOtherHalf": 64,
     "tests/test_making_fast.py": 61,

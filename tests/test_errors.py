@@ -907,6 +907,37 @@ def test_compile_error_names_function_target_and_reason_in_one_line(seed):
     seed.assert_intact()
 
 
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (
+            """
+@R.function
+def f(x: R.Tensor((3,), "float32"), y: R.Tensor((4,), "float32")):
+    return R.add(x, y)  # <-
+""",
+            "In R.add, the first input shape at dim 0 is 3 and the second input shape at dim 0 "
+            "is 4, which are not broadcastable.",
+        ),
+        (  # a call with the wrong shape to the seed's `main_relax`, of another cell
+            """
+@R.function
+def f(x: R.Tensor((2, 3), "float32")):
+    cls = demo
+    return cls.main_relax(x, x)  # <-
+""",
+            'Argument 0 type mismatch: expected R.Tensor((n,), dtype="float32"), given '
+            'R.Tensor((2, 3), dtype="float32")',
+        ),
+    ],
+    ids=["R.add", "cls.f"],
+)
+def test_a_shape_mismatch_is_one_line_naming_the_function_the_line_and_the_shapes(seed, body, says):
+    err = seed.shell.cell("demo", body, cell_id="shapes", expect_error=TVMScriptError)
+    assert str(err) == f"`f`, cell line {marked_line(body)}: {says}"  # no operator record
+    seed.assert_intact()
+
+
 def test_an_error_about_another_cell_says_which_cell(seed):
     case = CELLS[[c.id for c in CELLS].index("pyfunc-redefined-as-a-kernel-breaks-a-caller")]
     err = seed.shell.cell("demo", case.body, cell_id="blame", expect_error=IllFormedModuleError)

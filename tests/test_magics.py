@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
-from tvm_pyfunc_nb import TVMModuleError
+from tvm_pyfunc_nb import CallError, TVMModuleError
 from tvm_pyfunc_nb._core.compile_cache import CompileCache
 from tvm_pyfunc_nb._core.options import OPTIONS, ModuleOptions, default_of
 from tvm_pyfunc_nb._magics import TVMModuleMagics
@@ -113,3 +114,23 @@ def test_every_option_is_declared_once_and_the_process_wide_ones_are_no_modules(
     per_module = {f.name for f in dataclasses.fields(ModuleOptions)}
     assert not per_module & process_wide and not per_module & {"eager", "quiet"}
     assert CompileCache(tmp_path).max_bytes == default_of("cache_max_mb") * 2**20
+
+
+def test_a_cell_that_fails_changes_nothing_even_with_reset(shell):
+    shell.cell("demo", SCALE_PYFUNC)
+    demo = shell.ns["demo"]
+    scale = demo.scale  # a handle taken before: it must keep working
+    bad = ["--target nonsense", "--device nowhere", "--pipeline nonsense", "--offload nonsense"]
+    for options in [*bad, "--rpc nonsense", "--unchecked", ""]:
+        # wrong options, or good ones (other than NAME's, or the same) and a body that fails
+        body = "x = 1\n" if options in ("--unchecked", "") else ADD_TIR
+        shell.cell("demo", body, options=f"--reset {options}", expect_error=TVMModuleError)
+        assert shell.ns["demo"] is demo and shell.magics.modules["demo"] is demo, options
+        assert demo.options.checked and set(demo.functions) == {"scale"}
+        assert torch.equal(scale(X), X * 10), options
+    shell.cell("demo", ADD_TIR, options="--reset --unchecked")  # a good cell replaces it
+    assert shell.ns["demo"] is not demo and set(shell.ns["demo"].functions) == {"add_tir"}
+    with pytest.raises(CallError, match="dropped"):  # the module it replaced is closed
+        scale(X)
+    shell.cell("fresh", "x = 1\n", expect_error=TVMModuleError)  # a first cell that fails
+    assert "fresh" not in shell.ns and "fresh" not in shell.magics.modules

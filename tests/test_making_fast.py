@@ -507,6 +507,22 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
     assert torch.allclose(run_mm(demo, a, b), a @ b, atol=1e-4)
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="cross-compiles from x86_64")
+def test_tune_is_refused_before_it_starts_where_its_candidates_cannot_run_here():
+    arm = LiveModule("board", target='{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}')
+    gpu = LiveModule("gpu", target="cuda", device="cuda")
+    for live in (arm, gpu):
+        live.run_cell(MM64 + RELAX_MATMUL)
+    for live, fn in [(arm, "mm"), (arm, "rmm"), (gpu, "mm"), (gpu, "rmm")]:
+        ir_mod, started = live.ir_mod, time.monotonic()
+        with pytest.raises(ScheduleError) as caught:  # not 4 trials that all fail to run
+            live.tune(fn, trials=4)
+        assert time.monotonic() - started < 2 and live.ir_mod.same_as(ir_mod)
+        message = str(caught.value)
+        assert caught.value.function == fn and "on this machine's CPU" in message, message
+        assert ("compiles for aarch64" if live is arm else "--target cuda") in message, message
+
+
 # -- 7. CUDA without a GPU -------------------------------------------------------------------------
 def test_a_cuda_kernel_without_thread_bindings_is_refused_until_dlight_schedules_it(shell):
     shell.cell("gpu", ADD_BLOCKS + MM64, options=CUDA)

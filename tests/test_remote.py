@@ -1,23 +1,33 @@
 """Live modules whose compiled code runs on a remote device, through real TVM RPC servers.
 
 Servers and a tracker run as subprocesses on 127.0.0.1 on free ports (`LocalRPC`), each in a
-session of its own so that stopping one ends everything it started.
+session of its own so that stopping one ends everything it started. A server that accepts and
+never answers is a socket of this process (`SilentServer`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, MLP, RELAX_CALLS_BOTH, SCALE_PYFUNC
+from tvm.rpc import base
 
-from tvm_pyfunc_nb import CallError, IllFormedModuleError, TVMModuleError
+from tvm_pyfunc_nb import CallError, IllFormedModuleError, LiveModule, TVMModuleError
+from tvm_pyfunc_nb._core import rpc_connection
 from tvm_pyfunc_nb.testing import LocalRPC
 
 pytestmark = pytest.mark.slow
@@ -126,37 +136,161 @@ def test_time_measures_on_the_remote_device(shell, server):
 
 
 def test_a_server_that_dies_then_one_that_hangs_give_errors_naming_them_and_nothing_is_lost(
-    shell,
+    shell, server
 ):
     shell.run("%config TVMModuleMagics.rpc_timeout = 3.0")  # read when a module connects
     try:
-        with LocalRPC() as flaky:
-            remote_cell(shell, flaky, ADD_TIR + MAIN_RELAX)
-            demo = shell.ns["demo"]
-            assert torch.equal(demo.main_relax(X, Y), X + Y)
-            uploads = len(demo.stats.uploads)
-            flaky.restart()  # killed, and started again on the same port
-            started = time.monotonic()
-            with pytest.raises(CallError) as caught:
-                demo.main_relax(X, Y)
-            assert time.monotonic() - started < 10
-            assert flaky.address in str(caught.value) and caught.value.function == "main_relax"
-            assert torch.equal(demo.main_relax(X, Y), X + Y)  # reconnected and uploaded again
-            assert len(demo.stats.uploads) == uploads + 1
-            assert set(demo.functions) == {"add_tir", "main_relax"}  # nothing was lost
-
-            # the same server, stopped (hung): an error within the timeout, never a hang
-            os.killpg(flaky.process.pid, signal.SIGSTOP)
-            try:
-                started = time.monotonic()
-                with pytest.raises(CallError) as caught:
-                    demo.main_relax(X, Y)
-                assert time.monotonic() - started < 6, time.monotonic() - started
-                assert "did not answer within 3 s" in str(caught.value), caught.value
-            finally:
-                os.killpg(flaky.process.pid, signal.SIGCONT)
+        dies_then_hangs(shell, server)
     finally:
         shell.run("%config TVMModuleMagics.rpc_timeout = 60.0")
+
+
+def dies_then_hangs(shell, server):
+    """The shared server, restarted then stopped a while: it is running again afterwards."""
+    remote_cell(shell, server, ADD_TIR + MAIN_RELAX)
+    demo = shell.ns["demo"]
+    assert torch.equal(demo.main_relax(X, Y), X + Y)
+    uploads = len(demo.stats.uploads)
+    server.restart()  # killed, and started again on the same port
+    started = time.monotonic()
+    with pytest.raises(CallError) as caught:
+        demo.main_relax(X, Y)
+    assert time.monotonic() - started < 10
+    assert server.address in str(caught.value) and caught.value.function == "main_relax"
+    assert torch.equal(demo.main_relax(X, Y), X + Y)  # reconnected and uploaded again
+    assert len(demo.stats.uploads) == uploads + 1
+    assert set(demo.functions) == {"add_tir", "main_relax"}  # nothing was lost
+
+    # the same server, stopped (hung): an error within the timeout, never a hang, in the
+    # session and then at connecting, and nothing left behind: no thread, no socket
+    os.killpg(server.process.pid, signal.SIGSTOP)
+    try:
+        threads, sockets = left_behind(server.port)
+        assert sockets == 1  # the session's
+        for says in ("did not answer within 3 s", "no answer within 3 s"):
+            started = time.monotonic()
+            with pytest.raises(CallError, match=says):
+                demo.main_relax(X, Y)
+            assert time.monotonic() - started < 6, time.monotonic() - started
+            assert left_behind(server.port) == (threads, 0)
+    finally:
+        os.killpg(server.process.pid, signal.SIGCONT)
+    # back, the server is free for a new session: the one given up is closed
+    assert torch.equal(demo.main_relax(X, Y), X + Y)
+
+    # Ctrl-C while the server hangs gives the call up the same way
+    os.killpg(server.process.pid, signal.SIGSTOP)
+    try:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            demo.main_relax(X, Y)
+        assert left_behind(server.port) == (threads, 0)
+    finally:
+        os.killpg(server.process.pid, signal.SIGCONT)
+    assert torch.equal(demo.main_relax(X, Y), X + Y)
+
+
+class SilentServer:
+    """A socket that accepts connections and never answers; with `handshake`, it answers TVM's
+    RPC handshake first (so a probe and a connect succeed), then nothing."""
+
+    def __init__(self, *, handshake: bool):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.handshake = handshake
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            self.accepted.append(connection)
+            if self.handshake:
+                try:
+                    _, size = struct.unpack("<ii", base.recvall(connection, 8))
+                    base.recvall(connection, size)
+                    connection.sendall(struct.pack("<ii", base.RPC_MAGIC, 0))
+                except OSError:  # the client gave up meanwhile
+                    pass
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        self.listener.close()
+        self.thread.join()
+        for connection in self.accepted:
+            connection.close()
+
+
+def left_behind(port: int) -> tuple[int, int]:
+    """This process's threads, and its TCP connections to `port`."""
+    connections = psutil.Process().net_connections("tcp")
+    return threading.active_count(), sum(
+        bool(c.raddr) and c.raddr.port == port for c in connections
+    )
+
+
+@pytest.mark.parametrize("through_tracker", [False, True], ids=["server", "tracker"])
+def test_a_server_that_never_answers_costs_the_timeout_per_call_and_leaves_nothing_behind(
+    through_tracker,
+):
+    with SilentServer(handshake=not through_tracker) as silent:
+        where = f"127.0.0.1:{silent.port}"
+        live = LiveModule(
+            "hung", rpc=f"tracker={where}/board" if through_tracker else where, rpc_timeout=0.5
+        )
+        live.run_cell(ADD_TIR)
+        before = left_behind(silent.port)
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(CallError, match=r"within 0\.5 s"):
+                live.add_tir(X, Y, torch.empty(5))
+            assert time.monotonic() - started < 5
+            assert left_behind(silent.port) == before
+        live.close()
+
+
+def test_looking_for_the_session_socket_leaves_every_socket_in_its_mode():
+    mine, other = socket.socketpair()  # blocking, as TVM's socket is
+    socket.setdefaulttimeout(5)  # a socket object made on a descriptor then turns it non-blocking
+    try:
+        rpc_connection._tcp_sockets()
+    finally:
+        socket.setdefaulttimeout(None)
+    with mine, other:
+        for sock in (mine, other):
+            assert not fcntl.fcntl(sock.fileno(), fcntl.F_GETFL) & os.O_NONBLOCK
+
+
+def test_the_interpreter_exits_promptly_after_calls_to_servers_that_never_answer():
+    with SilentServer(handshake=True) as server, SilentServer(handshake=False) as tracker:
+        calls = f"""
+import time, torch
+from tvm_pyfunc_nb import CallError, LiveModule
+for where in ("127.0.0.1:{server.port}", "tracker=127.0.0.1:{tracker.port}/board"):
+    live = LiveModule("hung", rpc=where, rpc_timeout=0.5)
+    live.run_cell({ADD_TIR!r})
+    for _ in range(2):
+        try:
+            live.add_tir(torch.ones(5), torch.ones(5), torch.empty(5))
+        except CallError:
+            pass
+print("called", time.monotonic(), flush=True)
+"""
+        child = subprocess.Popen([sys.executable, "-c", calls], stdout=subprocess.PIPE, text=True)
+        try:
+            out, _ = child.communicate(timeout=120)  # before, it waited for the stuck calls
+        finally:
+            child.kill()
+        exited = time.monotonic()  # the same clock as the child's (CLOCK_MONOTONIC)
+    assert child.returncode == 0 and out.startswith("called"), out
+    assert exited - float(out.split()[1]) < 15
 
 
 def test_through_a_tracker(shell):
@@ -226,6 +360,28 @@ def test_a_local_server_ends_with_the_process_that_started_it_however_that_ends(
     while listening(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not listening(port)
+
+
+def test_every_rpc_server_the_docs_start_listens_on_this_machine_only():
+    """A TVM RPC server (or tracker) runs any code it is sent: every one that the README and the
+    tutorials start, or tell users to start, is bound to 127.0.0.1 (LocalRPC's command is in
+    tutorial 09's output)."""
+    root = Path(__file__).resolve().parent.parent
+    texts = [(root / "README.md").read_text()]
+    for notebook in sorted((root / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            texts.append("".join(cell["source"]))
+            texts += ["".join(o.get("text", "")) for o in cell.get("outputs", [])]
+    started = [
+        (match.group(0), match.group(2))
+        for text in texts
+        for match in re.finditer(
+            r"tvm\.exec\.rpc_(server|tracker)((?:(?!python )[^`\"#])*)", " ".join(text.split())
+        )
+    ]
+    assert len(started) >= 5, started
+    for command, options in started:
+        assert "--host 127.0.0.1" in options, command
 
 
 def listening(port: int) -> bool:

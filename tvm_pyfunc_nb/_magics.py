@@ -125,22 +125,27 @@ class TVMModuleMagics(_OptionTraits):
         then `demo.double(torch.ones(3))`; `help(demo)` lists what a live module does.
         """
         args = parse_argstring(self.tvmmodule, line)
-        live = self._module(args)
-        self.shell.user_ns[args.name] = live
+        live, fresh = self._module(args)
         if cell is None:
-            return live
+            return self._adopt(args.name, live)
         # The running cell's own count: IPython 9 has already advanced `execution_count` at
         # pre_run_cell, 8 had not
         running = self.shell.displayhook.exec_result
         number = running.execution_count if running is not None else None
-        result = live.run_cell(
-            cell,
-            key=self._cell_id,
-            origin=f"cell In[{number}]" if number else "an earlier cell",
-            reset=args.reset,
-            header=f"%%tvmmodule {line}",
-            eager=self._option(args, "eager"),
-        )
+        try:
+            result = live.run_cell(
+                cell,
+                key=self._cell_id,
+                origin=f"cell In[{number}]" if number else "an earlier cell",
+                reset=args.reset,
+                header=f"%%tvmmodule {line}",
+                eager=self._option(args, "eager"),
+            )
+        except BaseException:
+            if fresh:  # it never became NAME: NAME (if any) is as it was
+                live.close()
+            raise
+        self._adopt(args.name, live)
         if not self._option(args, "quiet"):
             notebook_front_end.display_view(notebook_front_end.cell_view(live, result))
         return None
@@ -217,7 +222,11 @@ class TVMModuleMagics(_OptionTraits):
             raise TVMModuleError(f"no live module named `{name}` (live modules: {known})")
         return live
 
-    def _module(self, args) -> LiveModule:
+    def _module(self, args) -> tuple[LiveModule, bool]:
+        """The module the cell runs in, and whether it is a fresh one: NAME, or a module made
+        for the cell's options (first use, or --reset with other options). A fresh module is
+        fully made, its options checked, before anything else happens: it becomes NAME only
+        once its cell succeeded (`_adopt`), so a cell that fails leaves NAME as it was."""
         name = args.name
         if not name.isidentifier():
             raise TVMModuleError(f"`{name}` is not a valid Python name for a module")
@@ -232,14 +241,20 @@ class TVMModuleMagics(_OptionTraits):
                     f"module `{name}` is built with {built}; add --reset to start it again "
                     "with other options"
                 )
-            if args.reset and any(wanted[k] != have[k] for k in wanted):
-                live.close()
-                live = None
-        if live is None:
-            live = LiveModule(
-                name, namespace=self.shell.user_ns, persistent_cache=self.compile_cache(), **wanted
-            )
-            self.modules[name] = live
+            if not (args.reset and any(wanted[k] != have[k] for k in wanted)):
+                return live, False
+        made = LiveModule(
+            name, namespace=self.shell.user_ns, persistent_cache=self.compile_cache(), **wanted
+        )
+        return made, True
+
+    def _adopt(self, name: str, live: LiveModule) -> LiveModule:
+        """`live` is NAME from now on; the module it replaces is closed."""
+        replaced = self.modules.get(name)
+        self.modules[name] = live
+        self.shell.user_ns[name] = live
+        if replaced is not None and replaced is not live:
+            replaced.close()
         return live
 
     @staticmethod

@@ -128,8 +128,42 @@ def last_reason(err: BaseException) -> str:
     """The one line that says why TVM failed: its last line that is not backtrace noise, capped."""
     lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
     useful = [ln for ln in lines if not _is_noise(ln)]
-    text = _CHECK_FAILED.sub("", useful[-1]) if useful else type(err).__name__
+    text = plain_reason(useful[-1]) if useful else type(err).__name__
     return text if len(text) < 300 else text[:297] + "..."
+
+
+_SIZE = re.compile(r"\bT\.int64\((-?\d+)\)")
+_OP_NAME = re.compile(r'name="([^"]+)"')
+
+
+def plain_reason(line: str) -> str:
+    """A line of TVM's as a user reads it: an operator named as the cell writes it (`R.add`),
+    not as the whole record TVM prints (`ir.Op(span=None, ..., support_level=10)`, hundreds
+    of characters); sizes as numbers (`3`, not `T.int64(3)`); no assertion prefix."""
+    text = _SIZE.sub(r"\1", _CHECK_FAILED.sub("", line))
+    while (start := text.find("ir.Op(")) != -1:
+        end = _closing(text, start + len("ir.Op"))
+        name = _OP_NAME.search(text, start, end)
+        op = name.group(1) if name else "an operator"
+        text = text[:start] + re.sub(r"^relax\.", "R.", op) + text[end:]
+    return text
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index after the parenthesis that closes the one at `opening` (quotes respected)."""
+    depth, quoted, index = 0, False, opening
+    while index < len(text):
+        char = text[index]
+        if quoted:
+            quoted = char != '"' or text[index - 1] == "\\"
+        elif char == '"':
+            quoted = True
+        elif char in "()":
+            depth += 1 if char == "(" else -1
+            if depth == 0:
+                return index + 1
+        index += 1
+    return len(text)
 
 
 # A line of generated code quoted in an error (LLVM IR: `%12 = fcmp oeq i1 %8, %11, !dbg !42`)

@@ -337,12 +337,21 @@ class Build:
             )
         if self._foreign:
             return CompileError(
-                f"compiles for {self._foreign}, which this machine ({_host_architecture()}) "
-                f"cannot run: run it there with --rpc HOST:PORT; "
+                f"{self.cannot_run_here}: run it there with --rpc HOST:PORT; "
                 f"`{self.module_name}.source('{name}', 'asm')` shows the code",
                 function=name,
             )
         return None
+
+    @property
+    def cannot_run_here(self) -> str | None:
+        """Why code built for this target, meant to run here, cannot (None if it can, or if it
+        runs elsewhere): it is for another architecture."""
+        if self._foreign is None:
+            return None
+        return (
+            f"compiles for {self._foreign}, which this machine ({_host_architecture()}) cannot run"
+        )
 
     def _build_together(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> dict[str, _Built]:
         """`funcs` in one `tirx.build`, one library holding them all; {} if that fails."""

@@ -5,12 +5,14 @@ compiler if one is given), exported, uploaded and loaded there; tensors are
 copied there and results copied back. What TVM's RPC client does not give,
 this adds:
 
-- Bounded time. TVM's client has no timeout: a server that hangs blocks a call
-  for ever. Every remote step runs on a worker thread of the session and is
-  waited for at most `timeout` seconds (TVM releases the GIL while it waits);
-  a server that does not answer in time is given up, and the next call
-  connects again. Before connecting, a handshake probe with a key no server
-  accepts checks, within the timeout, that an RPC server answers at all.
+- Bounded time, and nothing left behind. TVM's client has no timeout: a server
+  that hangs blocks a call for ever. Every remote step runs on a thread of its
+  own and is waited for at most `timeout` seconds (TVM releases the GIL while
+  it waits); a server that does not answer in time is given up: the session's
+  socket is shut down, which ends the stuck step and its thread, and the next
+  call connects again (rpc_connection.py). Before connecting, a handshake
+  probe with a key no server accepts checks, within the timeout, that an RPC
+  server answers at all; a tracker is asked on a socket with that timeout.
 - One session per server. TVM's server serves one session at a time, so the
   live modules of a process share one session per address.
 - Uploads keyed by content. A file name is never reused for other content
@@ -21,21 +23,22 @@ this adds:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import os
 import socket
 import struct
 import tempfile
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..errors import CallError, TVMModuleError, last_reason
+from ..errors import CallError, TVMModuleError
 from .compile_cache import export_library
+from .rpc_connection import Connection, Hung
 
 # What TVM says when the connection is gone (the server died, restarted, or timed the session out)
 _LOST = (
@@ -85,33 +88,30 @@ class RemoteSession:
     def __init__(self, address: Address, timeout: float):
         self.address = address
         self.timeout = timeout
-        self.generation = 0  # moves on with every new connection: handles from before re-resolve
-        self._session = None
-        self._worker: ThreadPoolExecutor | None = None
-        self._uploaded: dict[str, Any] = {}  # artifact name -> loaded remote module
-        self._abandoned: list = []  # handles of sessions given up (see `drop`)
-
-    def keep(self, *handles) -> None:
-        """Hold on to remote handles of a session given up, so that nothing releases them."""
-        self._abandoned += [h for h in handles if h is not None]
+        self._connection: Connection | None = None
+        # what was made there in this session (loaded modules, devices, functions, VMs) by key:
+        # (owner, what...), where the owner is a remote device, or "upload" for shared modules
+        self._handles: dict[tuple, Any] = {}
 
     # -- running remote steps ------------------------------------------------------
     def run(self, step: Callable, *args) -> Any:
-        """`step(*args)` on the session's worker thread, within the timeout; connects if needed."""
-        if self._session is None:
+        """`step(*args)` on a thread of its own, within the timeout; connects if needed."""
+        if not self.connected:
             self._connect()
         return self._bounded(step, *args)
 
     def _bounded(self, step: Callable, *args) -> Any:
-        future = self._worker.submit(step, *args)
         try:
-            return future.result(timeout=self.timeout)
-        except FutureTimeout:
+            return self._connection.run(step, *args, timeout=self.timeout)
+        except Hung:
             self.drop()
             raise CallError(
                 f"the RPC server at {self.address} did not answer within {self.timeout:g} s; "
                 "the next call connects again"
             ) from None
+        except KeyboardInterrupt:  # the step was given up, and its connection with it
+            self.drop()
+            raise
         except TVMModuleError:
             raise
         except Exception as err:
@@ -127,37 +127,58 @@ class RemoteSession:
 
     @property
     def connected(self) -> bool:
-        return self._session is not None
+        return self._connection is not None and self._connection.session is not None
+
+    @property
+    def session(self):
+        """TVM's `RPCSession` (in a step)."""
+        return self._connection.session
 
     def _connect(self) -> None:
-        from tvm import rpc
-
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tvm-rpc")
         address = self.address
         if address.key is None:
             probe(address, self.timeout)
-            self._session = self._bounded(rpc.connect, address.host, address.port)
+            host, port, key = address.host, address.port, ""
         else:
-            self._session = self._bounded(_request_from_tracker, address, self.timeout)
-        self._uploaded = {}
-        self.generation += 1
+            host, port, key = _request_from_tracker(address, self.timeout)
+        self._connection = Connection(host, port)
+        try:
+            self._bounded(self._connection.open, key)
+        except BaseException:
+            self.drop()
+            raise
 
     def drop(self) -> None:
-        """Forget the session (its server is gone or hung): the next step connects again.
+        """End the session (its server is gone or hung, or no module uses it any more): its socket
+        is shut down first, so that releasing its handles cannot wait on the server; the next
+        step connects again, and makes again what it needs."""
+        connection, handles = self._connection, self._handles
+        self._connection, self._handles = None, {}
+        if connection is not None:
+            connection.end()
+        handles.clear()
 
-        Its handles are kept, never released: releasing a remote handle sends the server a
-        message, which blocks for ever when the server hangs.
-        """
-        self.keep(self._session, *self._uploaded.values())
-        self._session = None
-        self._uploaded = {}
-        if self._worker is not None:
-            self._worker.shutdown(wait=False)  # a thread stuck in a call is left behind
-            self._worker = None
+    # -- what was made there -------------------------------------------------------
+    def cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """The handle `key` of this session, made by `make()` (which runs steps) if it has none:
+        after the server restarted, what a call needs is made again in the new session."""
+        found = self._handles.get(key)
+        if found is None:
+            found = self._handles[key] = make()
+        return found
+
+    def let_go(self, owner) -> None:
+        """Release the handles `owner` made: releasing one sends the server a message, so while
+        the session lives that is a step (a server that does not answer is given up, and the
+        next call says so)."""
+        handles = [self._handles.pop(key) for key in list(self._handles) if key[0] == owner]
+        if handles and self.connected:
+            with contextlib.suppress(CallError):
+                self._bounded(handles.clear)
 
     # -- what runs there ---------------------------------------------------------
     def device(self, kind: str, index: int):
-        return self.run(lambda: self._session.device(kind, index))
+        return self.run(lambda: self.session.device(kind, index))
 
     def load(self, lib, name: str, export: Callable[[Any, str], None]) -> tuple[Any, int]:
         """`lib` uploaded (once per session and content) and loaded there; returns the remote
@@ -167,17 +188,15 @@ class RemoteSession:
             export(lib, path)
             data = open(path, "rb").read()  # noqa: SIM115 (a small file, read once)
         artifact = f"{name}-{hashlib.sha256(data).hexdigest()[:16]}.so"
-        known = self._uploaded.get(artifact)
-        if known is not None and self.connected:
-            return known, 0
+        sent = []
 
         def upload_and_load():
-            self._session.upload(bytearray(data), artifact)
-            return self._session.load_module(artifact)
+            self.session.upload(bytearray(data), artifact)
+            sent.append(len(data))
+            return self.session.load_module(artifact)
 
-        module = self.run(upload_and_load)
-        self._uploaded[artifact] = module
-        return module, len(data)
+        module = self.cached(("upload", artifact), lambda: self.run(upload_and_load))
+        return module, sum(sent)
 
 
 def probe(address: Address, timeout: float) -> None:
@@ -208,37 +227,51 @@ def probe(address: Address, timeout: float) -> None:
         raise CallError(f"--rpc {address}: what answers there is not a TVM RPC server")
 
 
-def _request_from_tracker(address: Address, timeout: float):
-    """A session with a free server of `address.key`, from the tracker, within `timeout`."""
-    from tvm import rpc
+def _request_from_tracker(address: Address, timeout: float) -> tuple[str, int, str]:
+    """Where a free server of `address.key` is (host, port, the key it expects), from the
+    tracker, each exchange within `timeout` (TVM's tracker client has no timeout: it waits for
+    ever on a tracker that hangs, and retries a refused port for a minute)."""
+    from tvm.rpc import base
 
+    late = f"no answer from the tracker within {timeout:g} s"
     try:
-        tracker = rpc.connect_tracker(address.host, address.port)
-    except Exception as err:
-        raise CallError(f"--rpc {address}: cannot reach the tracker ({last_reason(err)})") from None
-    try:
-        tracker._sock.settimeout(timeout)  # TVM's client has no timeout of its own
-        queues = tracker.summary()["queue_info"]
-        if address.key not in queues:
-            known = ", ".join(sorted(queues)) or "none"
-            raise CallError(
-                f"--rpc {address}: the tracker has no server with key "
-                f"`{address.key}` (keys it has: {known})"
-            )
-        return tracker.request(address.key, max_retry=1)
-    except TVMModuleError:
-        raise
-    except Exception as err:
-        raise CallError(
-            f"--rpc {address}: no server of key `{address.key}` came free ({last_reason(err)})"
-        ) from None
-    finally:
-        tracker.close()
+        with socket.create_connection((address.host, address.port), timeout=timeout) as tracker:
+            tracker.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+            if struct.unpack("<i", base.recvall(tracker, 4))[0] != base.RPC_TRACKER_MAGIC:
+                raise CallError(f"--rpc {address}: what answers there is not a TVM RPC tracker")
+            queues = _ask(tracker, address, [base.TrackerCode.SUMMARY])["queue_info"]
+            if address.key not in queues:
+                known = ", ".join(sorted(queues)) or "none"
+                raise CallError(
+                    f"--rpc {address}: the tracker has no server with key "
+                    f"`{address.key}` (keys it has: {known})"
+                )
+            late = f"no server of key `{address.key}` came free within {timeout:g} s"
+            request = [base.TrackerCode.REQUEST, address.key, "", 1]
+            host, port, key = _ask(tracker, address, request)
+    except TimeoutError:
+        raise CallError(f"--rpc {address}: {late}") from None
+    except OSError as err:
+        why = err.strerror or err
+        raise CallError(f"--rpc {address}: cannot reach the tracker ({why})") from None
+    return host, port, key
+
+
+def _ask(tracker: socket.socket, address: Address, request: list) -> Any:
+    """The tracker's answer to `request` (TVM's tracker protocol: JSON messages)."""
+    from tvm.rpc import base
+
+    base.sendjson(tracker, request)
+    answer = base.recvjson(tracker)
+    if answer[0] != base.TrackerCode.SUCCESS:
+        raise CallError(f"--rpc {address}: the tracker refused {request[:2]}: {answer}")
+    return answer[1]
 
 
 # -- the sessions of this process ------------------------------------------------------------
 _sessions: dict[Address, RemoteSession] = {}
 _users: dict[Address, int] = {}
+_owners = itertools.count()
 
 
 def session_for(address: Address, timeout: float) -> RemoteSession:
@@ -292,25 +325,18 @@ class RemoteDevice:
         self.cross_compiler = options.cross_compiler or None
         self.session = session_for(self.address, timeout)
         self._on_upload = on_upload
-        self._loaded: dict[tuple, tuple[int, Any]] = {}  # key -> (session generation, remote thing)
+        self._owner = next(_owners)  # of what this device made in the shared session
 
     def close(self) -> None:
         """Let go of the session: the last module to let go ends it, freeing the server (which
         serves one session at a time), even while this object lives on in a traceback."""
-        self._loaded.clear()
+        session, self.session = self.session, None
         release(self.address)
-        self.session = None
+        session.let_go(self._owner)
 
     # -- loading -------------------------------------------------------------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
-        found = self._loaded.get(key)
-        if found is not None:
-            if found[0] == self.session.generation and self.session.connected:
-                return found[1]
-            self.session.keep(found[1])  # a handle of an earlier session: never released
-        value = make()
-        self._loaded[key] = (self.session.generation, value)
-        return value
+        return self.session.cached((self._owner, *key), make)
 
     def device(self):
         return self._cached(

@@ -223,19 +223,9 @@ class PyFuncTrampoline:
             problem = mismatch(spec, out, bindings)
             if problem:
                 raise PyFuncError(
-                    f"returned a value that does not match out_ty: expected {spec}, {problem}"
-                    + self._form_hint(),
+                    f"returned a value that does not match out_ty: expected {spec}, {problem}",
                     function=self.pyfunc,
                 )
-
-    def _form_hint(self) -> str:
-        if not self.unpack:
-            return ""
-        return (
-            f' (`{self.caller}` passes the arguments as one tuple, R.call_py_func("{self.pyfunc}",'
-            f' (x, ...), ...); the form TVM prints is R.call_py_func("{self.pyfunc}", x, ...,'
-            " out_ty=...))"
-        )
 
 
 def _symbolic_axes(specs: list[TensorSpec]) -> list[tuple[int, int, str]]:

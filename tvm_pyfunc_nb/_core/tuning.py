@@ -77,6 +77,7 @@ def tune_kernel(parts: ModuleParts, kernel: str, trials: int) -> tuple[Contribut
     """PrimFunc `kernel` as MetaSchedule tunes it in `trials` trials."""
     if not isinstance(trials, int) or trials < 1:
         raise CallError("tune: trials must be a positive number", function=kernel)
+    refuse_unless_measured_here(parts, kernel)
     original = _original(parts, parts.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
     build = parts.build
     work_dir = work_dir_for(build.persistent, kernel, original.func, build.target)
@@ -90,6 +91,24 @@ def tune_kernel(parts: ModuleParts, kernel: str, trials: int) -> tuple[Contribut
     )
     origin = f"{parts.name}.tune({kernel!r}, trials={trials})"
     return _replacing(parts, original, func, origin), report
+
+
+def refuse_unless_measured_here(parts: ModuleParts, fn: str) -> None:
+    """A `ScheduleError` before MetaSchedule starts, unless the module's code runs on this
+    machine's CPU: each candidate is measured here (elsewhere, every trial would fail to run)."""
+    build, target = parts.build, parts.options.target
+    rpc = f" --rpc {parts.options.rpc}" if parts.options.rpc else ""
+    if rpc or build.target.kind.name != "llvm":
+        why = f" (this one: --target {target}{rpc})"
+    elif build.cannot_run_here:
+        why = f"; --target {target} {build.cannot_run_here}"
+    else:
+        return
+    raise ScheduleError(
+        "tune measures each candidate on this machine's CPU, so it needs a module for an llvm "
+        f"target run here{why}",
+        function=fn,
+    )
 
 
 def _original(parts: ModuleParts, entry: FunctionEntry) -> FunctionEntry:
@@ -114,14 +133,7 @@ def _replacing(parts: ModuleParts, entry: FunctionEntry, func, origin: str) -> C
 def tune_relax(parts: ModuleParts, fn: str, trials: int) -> FunctionTuningReport:
     """The kernels Relax function `fn` runs, tuned together in `trials` trials; the best
     schedules go into the module's kernel schedules (`parts.schedules`)."""
-    build, rpc = parts.build, parts.options.rpc
-    if rpc or build.target.kind.name != "llvm":
-        raise ScheduleError(
-            "tune measures each candidate on this machine's CPU, so it needs a module for "
-            f"an llvm target run here (this one: --target {parts.options.target}"
-            f"{' --rpc ' + rpc if rpc else ''})",
-            function=fn,
-        )
+    refuse_unless_measured_here(parts, fn)
     lowered = unscheduled(parts, fn, link_first=True)
 
     def progress(todo: int):

@@ -22,7 +22,7 @@ from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder.ir import IRModuleFrame
 from tvm.script.parser.core.entry import parse
 
-from ..errors import TVMScriptError, native_stderr_silenced, shorten
+from ..errors import TVMScriptError, native_stderr_silenced, plain_reason, shorten
 from .cells import PYFUNC, CellFragment, FunctionSource, reindent
 
 _STUBS = "__tvmnb_stubs__"
@@ -127,7 +127,7 @@ def _drop_builders(err: BaseException, handled: BaseException | None) -> None:
 
 def _message(text: str) -> str:
     first = text.strip().splitlines()[0] if text.strip() else "TVMScript error"
-    return first.removeprefix("error: ")
+    return plain_reason(first.removeprefix("error: "))
 
 
 def _failing_alone(wanted: list[FunctionSource], message: str, parse_these: Callable):
