@@ -129,16 +129,16 @@ def _uses(expr, which) -> bool:
 
 
 def _reads(expr) -> set:
-    """The data of the buffers `expr` reads."""
+    """The buffers `expr` reads."""
     found = set()
-    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, lambda load: found.add(load.source.data))])
+    tvm_ffi.structural_walk(expr, [(tvm.ir.TensorLoad, lambda load: found.add(load.source))])
     return found
 
 
 def _written_in(stmt) -> set:
-    """The data of the buffers `stmt` writes."""
+    """The buffers `stmt` writes."""
     found = set()
-    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda store: found.add(store.buffer.data))])
+    tvm_ffi.structural_walk(stmt, [(tirx.BufferStore, lambda store: found.add(store.buffer))])
     return found
 
 
