@@ -45,6 +45,12 @@ from .errors import TVMModuleError
 
 _cell_ids = itertools.count(1)
 
+# Code for any x86-64 CPU with AVX2 and without AVX-512 (8 floats to a vector, where this machine
+# may have 16): the CPU of most laptops and many servers. The project's tests compile the op
+# corpus, the real models and the tutorials for it as well as for the CPU they run on, so that
+# what depends on the vector width is seen on one machine (`TVM_PYFUNC_NB_TARGET` sets it).
+AVX2_TARGET = '{"kind": "llvm", "mcpu": "x86-64-v3"}'
+
 
 class NotebookShell:
     """IPython's shell with `tvm_pyfunc_nb` loaded.
