@@ -28,7 +28,7 @@ from real_models import CONTROL_FLOW, SEQ, VOCAB, ZOO, flat
 
 from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb.errors import ModelImportError
-from tvm_pyfunc_nb.testing import AVX2_TARGET
+from tvm_pyfunc_nb.testing import AVX2_TARGET, runs_here
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}  # float32, tiny models: errors here are about 1e-7
 
@@ -160,6 +160,7 @@ TEXT_MODELS = ("bert", "gpt2", "llama")
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not runs_here(AVX2_TARGET), reason="this CPU cannot run code for AVX2")
 class TestOnAnAVX2CPU:
     """Every model compiled for an AVX2 CPU (`AVX2_TARGET`, 8 floats to a vector where this
     machine may have 16), with its crash guards, matches PyTorch."""

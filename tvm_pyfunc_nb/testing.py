@@ -50,6 +50,26 @@ _cell_ids = itertools.count(1)
 # corpus, the real models and the tutorials for it as well as for the CPU they run on, so that
 # what depends on the vector width is seen on one machine (`TVM_PYFUNC_NB_TARGET` sets it).
 AVX2_TARGET = '{"kind": "llvm", "mcpu": "x86-64-v3"}'
+# The instruction sets of the x86-64 levels (v2 to v4): what code for a CPU may use
+_INSTRUCTION_SETS = frozenset(
+    {"cx16", "sahf", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3"}
+    | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"}
+    | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+)
+
+
+def runs_here(target: str) -> bool:
+    """Whether code compiled for the LLVM `target` (its JSON form) runs on this machine's CPU: the
+    instruction sets of the x86-64 levels it may use are ones this CPU has (code for AVX2 stops
+    an older CPU with SIGILL, and the process with it)."""
+    import json
+
+    import tvm
+    from tvm.target.codegen import llvm_get_cpu_features, llvm_get_system_cpu
+
+    wanted = llvm_get_cpu_features(tvm.target.Target(json.loads(target)))
+    here = llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": llvm_get_system_cpu()}))
+    return (set(wanted) & _INSTRUCTION_SETS) <= set(here)
 
 
 class NotebookShell:

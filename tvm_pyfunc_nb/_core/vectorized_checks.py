@@ -53,7 +53,7 @@ def _hoisted(loop: tirx.For):
     """`(checks before the loop, its body without asserts)`, or None if a check of its body
     cannot be made before it (then the loop runs serially, its checks in place)."""
     asserts = _unconditional_asserts(loop.body)
-    if asserts is None or not isinstance(loop.extent, tirx.IntImm) or loop.extent.value < 1:
+    if asserts is None or not _steps_through(loop):
         return None
     inside = _bound_in(loop.body)
     written = _written_in(loop.body)
@@ -72,6 +72,13 @@ def _hoisted(loop: tirx.For):
         condition = functools.reduce(tirx.And, conditions)
         checks.append(tirx.AssertStmt(condition, check.error_kind, check.message_parts))
     return checks, _without_asserts(loop.body)
+
+
+def _steps_through(loop: tirx.For) -> bool:
+    """Whether `loop` runs from its first to its last value one by one, at least once: then
+    `min` and `min + extent - 1` are its first and last lanes."""
+    one_by_one = loop.step is None or (isinstance(loop.step, tirx.IntImm) and loop.step.value == 1)
+    return one_by_one and isinstance(loop.extent, tirx.IntImm) and loop.extent.value >= 1
 
 
 def _at_ends(condition, var, first, last) -> list | None:
