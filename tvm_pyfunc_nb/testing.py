@@ -58,18 +58,38 @@ _INSTRUCTION_SETS = frozenset(
 )
 
 
-def runs_here(target: str) -> bool:
-    """Whether code compiled for the LLVM `target` (its JSON form) runs on this machine's CPU: the
-    instruction sets of the x86-64 levels it may use are ones this CPU has (code for AVX2 stops
-    an older CPU with SIGILL, and the process with it)."""
+def cannot_run_here(target: str) -> str | None:
+    """Why code compiled for the LLVM `target` (its JSON form) cannot run on this machine's CPU,
+    or None if it can: an instruction set of the x86-64 levels it may use is missing here (the
+    process would stop with SIGILL)."""
+    from tvm.target.codegen import llvm_get_cpu_features
+
+    wanted = set(llvm_get_cpu_features(_llvm(target))) & _INSTRUCTION_SETS
+    missing = sorted(wanted - set(llvm_get_cpu_features(_llvm(None))))
+    return f"this CPU cannot run code for {target} (no {', '.join(missing)})" if missing else None
+
+
+def second_run_here(target: str) -> str | None:
+    """Why a test run for `target` would show nothing here that the run for this CPU does not,
+    or None if it would: it cannot run here, or this CPU's vectors hold as many floats (the CPU
+    schedule makes the same kernels for both)."""
+    from ._core.cpu_schedules import vector_lanes
+
+    why = cannot_run_here(target)
+    if why is None and vector_lanes(_llvm(target)) == vector_lanes(_llvm(None)):
+        why = f"this CPU's vectors hold as many floats as {target}'s: its own run is that run"
+    return why
+
+
+def _llvm(target: str | None):
+    """The TVM target of `target` (JSON), or of this machine's CPU."""
     import json
 
     import tvm
-    from tvm.target.codegen import llvm_get_cpu_features, llvm_get_system_cpu
+    from tvm.target.codegen import llvm_get_system_cpu
 
-    wanted = llvm_get_cpu_features(tvm.target.Target(json.loads(target)))
-    here = llvm_get_cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": llvm_get_system_cpu()}))
-    return (set(wanted) & _INSTRUCTION_SETS) <= set(here)
+    config = json.loads(target) if target else {"kind": "llvm", "mcpu": llvm_get_system_cpu()}
+    return tvm.target.Target(config)
 
 
 class NotebookShell:
