@@ -178,6 +178,14 @@ def shifted(a: T.Buffer((16,), "float32"), b: T.Buffer((8,), "float32"), offset:
 
 
 @T.prim_func
+def shifted_wide(
+    a: T.Buffer((T.int64(16),), "float32"), b: T.Buffer((T.int64(8),), "float32"), offset: T.int64
+):
+    for i in T.vectorized(8):
+        b[i] = a[T.Cast("int64", i) + offset]
+
+
+@T.prim_func
 def row_of(
     a: T.Buffer((4, 8), "float32"), row: T.Buffer((1,), "int32"), b: T.Buffer((8,), "float32")
 ):
@@ -225,6 +233,13 @@ VECTORIZED = {
         np.arange(8, 16),
         "index out of bounds in `shifted`",
         True,  # checked once before the loop: offset >= 0 and offset + 7 < 16
+    ),
+    "shifted_wide": (
+        shifted_wide,
+        lambda bad: (np.arange(16, dtype=F32), np.zeros(8, F32), 9 if bad else 8),
+        np.arange(8, 16),
+        "index out of bounds in `shifted_wide`",
+        True,  # an int32 loop into int64 sizes: its index is still linear in the loop
     ),
     "row_of": (
         row_of,

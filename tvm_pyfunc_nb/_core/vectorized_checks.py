@@ -22,6 +22,7 @@ check matters more than the vectors.
 from __future__ import annotations
 
 import functools
+import re
 
 import tvm
 import tvm_ffi
@@ -29,6 +30,7 @@ from tvm import tirx
 from tvm.sym import Analyzer, detect_linear_equation
 
 _COMPARISONS = (tirx.LT, tirx.LE, tirx.GT, tirx.GE)
+_INTEGER = re.compile(r"(u?)int(\d+)")  # a scalar integer dtype: signedness, bits
 # statements that bind a variable their loop's body may use
 _BINDERS = {tirx.For: "loop_var", tirx.Bind: "var", tirx.LetStmt: "var"}
 
@@ -86,11 +88,43 @@ def _at_ends(condition, var, first, last) -> list | None:
     `first` to `last`, or None if there are none so simple."""
     if not _uses(condition, var.same_as):
         return [condition]
-    if isinstance(condition, _COMPARISONS) and detect_linear_equation(
-        condition.a - condition.b, [var]
-    ):
-        return [_substitute(condition, var, first), _substitute(condition, var, last)]
-    return None
+    slope = _slope(condition.a - condition.b, var) if isinstance(condition, _COMPARISONS) else None
+    if slope is None:
+        return None
+    ends = [first, last]
+    if isinstance(slope, tirx.IntImm):  # one end decides: where `a - b` is least, or greatest
+        greatest = isinstance(condition, (tirx.LT, tirx.LE))
+        ends = [last if (slope.value >= 0) == greatest else first]
+    return [_substitute(condition, var, end) for end in ends]
+
+
+def _slope(expr, var):
+    """How much `expr` grows from one value of `var` to the next (a constant, or an expression
+    whose sign is not known), if it is linear in `var`, else None; a widening cast of `var`
+    counts as `var` itself (an int32 loop indexing a buffer of int64 sizes:
+    `i * 16 + T.Cast("int64", j)`)."""
+    widened: dict[str, tirx.Var] = {}
+
+    def widen(cast, mutator):
+        if not (cast.value.same_as(var) and _widens(cast)):
+            return mutator.default_mutate(cast)
+        return widened.setdefault(str(cast.ty), tirx.Var(f"{var.name}_wide", str(cast.ty)))
+
+    plain = tvm_ffi.structural_mutate(expr, [(tirx.Cast, widen)])
+    coefficients = detect_linear_equation(plain, [var, *widened.values()])
+    if not coefficients:
+        return None
+    slopes = [Analyzer().simplify(c) for c in list(coefficients)[:-1]]
+    unknown = [c for c in slopes if not isinstance(c, tirx.IntImm)]
+    return unknown[0] if unknown else tirx.const(sum(c.value for c in slopes), "int64")
+
+
+def _widens(cast) -> bool:
+    """Whether `cast` turns an integer into an integer type at least as wide (changing no value)."""
+    to, source = _INTEGER.fullmatch(str(cast.ty)), _INTEGER.fullmatch(str(cast.value.ty))
+    if to is None or source is None:
+        return False
+    return to[1] == source[1] and int(to[2]) >= int(source[2])
 
 
 def _unconditional_asserts(stmt) -> list | None:
