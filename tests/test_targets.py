@@ -1,5 +1,6 @@
 """Targets as users write them: TVM's string form from before 0.27 (`llvm -mcpu=haswell`), read
-as its JSON form; and `$TVM_PYFUNC_NB_TARGET`, the default target of every module.
+as its JSON form; a CPU LLVM does not know, refused; and `$TVM_PYFUNC_NB_TARGET`, the default
+target of every module.
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def test_the_string_form_of_tvm_before_0_27_is_read_as_tvm_read_it(text, config)
         ("llvm -mcpu=haswell -mcpu=skylake", "`-mcpu` is given twice"),
         ("-mcpu=haswell", "a target starts with its kind"),
         ("llvm -mcpu='haswell", "No closing quotation"),
+        # LLVM itself would compile generic SSE2 code for a CPU it does not know, saying so on
+        # stderr only
+        ("llvm -mcpu=haswel", "LLVM knows no CPU `haswel` for x86_64; did you mean haswell?"),
+        (
+            '{"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "haswell"}',
+            "LLVM knows no CPU `haswell` for aarch64",
+        ),
     ],
 )
 def test_a_wrong_target_string_says_what_is_wrong_with_it(text, says):

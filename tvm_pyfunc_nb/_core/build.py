@@ -43,7 +43,7 @@ from .kept_builds import KeptBuilds
 from .offload import TORCH, check_offload, offload_to_torch
 from .options import TARGET_ENV, default_target
 from .tables import text_table
-from .target_text import target_config
+from .target_text import check_cpu, target_config
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
 _NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")
@@ -553,6 +553,7 @@ def _target(target: str, local: bool = True) -> tvm.target.Target:
             config = {"kind": "llvm", "mcpu": "native"}
         if isinstance(config, dict) and config.get("mcpu") == "native":
             config = {**config, "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+        check_cpu(config)
         with native_stderr_without(NO_CUDA_VERSION):
             return tvm.target.Target(config)
     except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target

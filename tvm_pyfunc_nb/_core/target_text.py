@@ -92,3 +92,20 @@ def _typed(key: str, value: str | None, type_key: str):
     if type_key == "target.Target":
         return target_config(value)
     return value
+
+
+def check_cpu(config: str | dict[str, Any]) -> None:
+    """A `ValueError` if an LLVM target's config names a CPU that LLVM does not know for its
+    architecture: LLVM itself only complains on stderr and compiles for a generic CPU of that
+    architecture, so a misspelt `haswel` would quietly give SSE2 code."""
+    if not isinstance(config, dict) or config.get("kind") != "llvm" or not config.get("mcpu"):
+        return
+    from tvm.target.codegen import llvm_get_cpu_archlist, llvm_get_system_triple, llvm_is_valid_cpu
+
+    cpu, triple = str(config["mcpu"]), str(config.get("mtriple") or llvm_get_system_triple())
+    if llvm_is_valid_cpu(cpu, triple):
+        return
+    known = llvm_get_cpu_archlist(tvm.target.Target({"kind": "llvm", "mtriple": triple}))
+    close = difflib.get_close_matches(cpu, [str(c) for c in known], n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ValueError(f"LLVM knows no CPU `{cpu}` for {triple.split('-')[0]}{hint}")
