@@ -209,12 +209,15 @@ def test_an_error_rounding_explains_shows_no_digits_and_a_real_one_does():
             difference(expected * 1.001, expected, 1e-2, 1e-6),  # passes, but is no rounding
             difference(expected * 1.001, expected, 1e-5, 1e-6),
             difference(ints, ints, 0.0, 0.0),  # an exact dtype: its 0 is 0 on every CPU
+            # off by more than itself: how much more depends on the last bits of 1e-3
+            difference(torch.tensor([1.0, 2.0]), torch.tensor([1e-3, 2.0]), 1e-5, 1e-6),
         ],
     ).output_rows()
     assert [row[1:] for row in rows[:2]] == [(WITHIN_ROUNDING, WITHIN_ROUNDING, "pass")] * 2
     assert rows[2][1] != WITHIN_ROUNDING and rows[2][3] == "pass"
     assert float(rows[3][1]) == pytest.approx(float((expected * 0.001).abs().max()), rel=1e-2)
-    assert rows[3][3] == "FAIL" and rows[4][1:] == ("0", "0", "pass")
+    assert rows[3][2:] == ("0.001", "FAIL") and rows[4][1:] == ("0", "0", "pass")
+    assert rows[5][1:] == ("0.999", "> 1", "FAIL")
 
 
 def test_a_mean_that_is_rounding_shows_as_about_zero():

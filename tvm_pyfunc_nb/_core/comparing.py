@@ -325,10 +325,13 @@ def _number(value: float) -> str:
 
 
 def _errors(d: Difference) -> tuple[str, str]:
-    """A row's max abs and max rel error: digits where they say something about the function."""
+    """A row's max abs and max rel error: digits where they say something about the function.
+    A relative error is the error over the smallest values, so its digits follow the last bits
+    of those values: two of them, and above 1 (values off by more than themselves) none."""
     if d.within_rounding:
         return WITHIN_ROUNDING, WITHIN_ROUNDING
-    return _number(d.max_abs), _number(d.max_rel)
+    relative = "> 1" if d.max_rel > 1 else f"{d.max_rel:.2g}"
+    return _number(d.max_abs), relative
 
 
 def _judged(d: Difference) -> str:
