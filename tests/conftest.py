@@ -33,10 +33,14 @@ SECONDS = {
     "tests/test_making_fast.py": 61,
     "notebooks/08_make_it_fast.ipynb": 55,
     "tests/test_long_session.py": 53,
+    "tests/test_real_models.py::TestOnAnAVX2CPU": 48,
     "tests/test_compile_cache.py": 51,
+    "notebooks/08_make_it_fast.ipynb[x86-64-v3]": 45,
     "tests/test_first_hour.py": 43,
     "tests/test_offload.py": 31,
     "notebooks/09_another_machine.ipynb": 31,
+    "notebooks/09_another_machine.ipynb[x86-64-v3]": 31,
+    "tests/test_as_torch_runs.py": 30,
     "tests/test_model_errors_and_compare.py": 30,
     "tests/test_kernel.py": 30,
     "tests/test_live_module.py": 25,
@@ -72,7 +76,9 @@ def _cores_stay_free():
     assert os.sched_getaffinity(0) == cores, f"a test left this process on cores {cores}"
 
 
-Shell = NotebookShell
+# Tests import their helpers from the package or from modules of their own, never from
+# `conftest`: notebooks/conftest.py is a `conftest` too, and which of the two that name finds
+# depends on the order of collection.
 
 
 @pytest.fixture(scope="session")

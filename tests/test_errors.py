@@ -19,7 +19,6 @@ import torch
 import tvm
 import tvm_ffi
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, RELAX_CALLS_BOTH, SCALE_PYFUNC
-from conftest import Shell
 from tvm.script import relax as R
 from tvm.script.ir_builder.base import IRBuilder, IRBuilderFrame
 
@@ -32,6 +31,7 @@ from tvm_pyfunc_nb import (
     TVMModuleError,
     TVMScriptError,
 )
+from tvm_pyfunc_nb.testing import NotebookShell as Shell
 
 MAX_LINES = 40
 MARK = "# <-"

@@ -14,7 +14,9 @@ import torch
 import transformers
 from cells import PAIR
 
-from tvm_pyfunc_nb._core.comparing import difference
+from tvm_pyfunc_nb._core.comparing import WITHIN_ROUNDING, Comparison, difference
+from tvm_pyfunc_nb._core.tracing import summary
+from tvm_pyfunc_nb._views.render import summarize
 from tvm_pyfunc_nb.errors import CompileError, ModelImportError
 
 MAX_MESSAGE_LINES = 12
@@ -187,6 +189,44 @@ def test_the_tolerance_is_rounding_in_the_dtype_scaled_by_values_and_reduction()
     assert not difference(summed, expected, 0.0, 0.0).passed
     # and the error the inputs carried is allowed for, in proportion
     assert difference(off, expected, 0.0, 0.0, inherited=1e-3).passed
+
+
+def test_an_error_rounding_explains_shows_no_digits_and_a_real_one_does():
+    """The last bits of a float32 result vary from one CPU to the next (the vector width changes
+    the order of a sum): a table showing them would differ by machine, and say nothing."""
+    torch.manual_seed(0)
+    expected = torch.randn(64)
+    eps = torch.finfo(torch.float32).eps
+    rounded = expected + expected.abs().max() * 2 * eps * torch.randn(64).sign()
+    ints = torch.arange(8)
+    rows = Comparison(
+        "m",
+        "f",
+        1e-5,
+        1e-6,
+        [
+            difference(rounded, expected, 1e-5, 1e-6),
+            difference(expected.clone(), expected, 1e-5, 1e-6),  # exact: no digits either
+            difference(expected * 1.001, expected, 1e-2, 1e-6),  # passes, but is no rounding
+            difference(expected * 1.001, expected, 1e-5, 1e-6),
+            difference(ints, ints, 0.0, 0.0),  # an exact dtype: its 0 is 0 on every CPU
+            # off by more than itself: how much more depends on the last bits of 1e-3
+            difference(torch.tensor([1.0, 2.0]), torch.tensor([1e-3, 2.0]), 1e-5, 1e-6),
+        ],
+    ).output_rows()
+    assert [row[1:] for row in rows[:2]] == [(WITHIN_ROUNDING, WITHIN_ROUNDING, "pass")] * 2
+    assert rows[2][1] != WITHIN_ROUNDING and rows[2][3] == "pass"
+    assert float(rows[3][1]) == pytest.approx(float((expected * 0.001).abs().max()), rel=1e-2)
+    assert rows[3][2:] == ("0.001", "FAIL") and rows[4][1:] == ("0", "0", "pass")
+    assert rows[5][1:] == ("0.999", "> 1", "FAIL")
+
+
+def test_a_mean_that_is_rounding_shows_as_about_zero():
+    normalized = torch.nn.functional.layer_norm(torch.randn(4, 8), (8,))
+    assert summary(normalized).endswith(" / ~0")  # its last bits vary from one CPU to the next
+    assert summarize("out", normalized).stats.endswith(" · mean ~0")  # a call's pane says so too
+    assert summary(torch.tensor([1.0, 3.0])) == "1 / 3 / 2"
+    assert summary(torch.zeros(3)) == "0 / 0 / 0"
 
 
 def test_compare_matches_a_dict_by_field_and_a_tuple_by_position(shell):

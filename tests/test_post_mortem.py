@@ -19,10 +19,10 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from conftest import Shell
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError, PyFuncError, TVMModuleError
+from tvm_pyfunc_nb.testing import NotebookShell as Shell
 from tvm_pyfunc_nb.testing import typed_into_debugger
 
 X = torch.ones(4)

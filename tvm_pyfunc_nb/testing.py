@@ -45,6 +45,52 @@ from .errors import TVMModuleError
 
 _cell_ids = itertools.count(1)
 
+# Code for any x86-64 CPU with AVX2 and without AVX-512 (8 floats to a vector, where this machine
+# may have 16): the CPU of most laptops and many servers. The project's tests compile the op
+# corpus, the real models and the tutorials for it as well as for the CPU they run on, so that
+# what depends on the vector width is seen on one machine (`TVM_PYFUNC_NB_TARGET` sets it).
+AVX2_TARGET = '{"kind": "llvm", "mcpu": "x86-64-v3"}'
+# The instruction sets of the x86-64 levels (v2 to v4): what code for a CPU may use
+_INSTRUCTION_SETS = frozenset(
+    {"cx16", "sahf", "popcnt", "sse3", "sse4.1", "sse4.2", "ssse3"}
+    | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"}
+    | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+)
+
+
+def cannot_run_here(target: str) -> str | None:
+    """Why code compiled for the LLVM `target` (its JSON form) cannot run on this machine's CPU,
+    or None if it can: an instruction set of the x86-64 levels it may use is missing here (the
+    process would stop with SIGILL)."""
+    from tvm.target.codegen import llvm_get_cpu_features
+
+    wanted = set(llvm_get_cpu_features(_llvm(target))) & _INSTRUCTION_SETS
+    missing = sorted(wanted - set(llvm_get_cpu_features(_llvm(None))))
+    return f"this CPU cannot run code for {target} (no {', '.join(missing)})" if missing else None
+
+
+def second_run_here(target: str) -> str | None:
+    """Why a test run for `target` would show nothing here that the run for this CPU does not,
+    or None if it would: it cannot run here, or this CPU's vectors hold as many floats (the CPU
+    schedule makes the same kernels for both)."""
+    from ._core.cpu_schedules import vector_lanes
+
+    why = cannot_run_here(target)
+    if why is None and vector_lanes(_llvm(target)) == vector_lanes(_llvm(None)):
+        why = f"this CPU's vectors hold as many floats as {target}'s: its own run is that run"
+    return why
+
+
+def _llvm(target: str | None):
+    """The TVM target of `target` (JSON), or of this machine's CPU."""
+    import json
+
+    import tvm
+    from tvm.target.codegen import llvm_get_system_cpu
+
+    config = json.loads(target) if target else {"kind": "llvm", "mcpu": llvm_get_system_cpu()}
+    return tvm.target.Target(config)
+
 
 class NotebookShell:
     """IPython's shell with `tvm_pyfunc_nb` loaded.

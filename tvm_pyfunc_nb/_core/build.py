@@ -13,7 +13,6 @@ version of a cell rebuilds nothing.
 from __future__ import annotations
 
 import inspect
-import json
 import re
 import time
 from collections import Counter
@@ -43,7 +42,9 @@ from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kept_builds import KeptBuilds
 from .offload import TORCH, check_offload, offload_to_torch
+from .options import TARGET_ENV, default_target
 from .tables import text_table
+from .target_text import check_cpu, target_config
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
 _NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")
@@ -551,7 +552,8 @@ def _unbound_advice(name: str, func, target_name: str, module_name: str) -> str:
 
 
 def _target(target: str, local: bool = True) -> tvm.target.Target:
-    """A TVM target from its name (`llvm`, `cuda`) or its JSON form; `"mcpu": "native"` is
+    """A TVM target from its name (`llvm`, `cuda`), its JSON form or the string form of TVM
+    before 0.27 (`llvm -mcpu=haswell`, target_text.py); `"mcpu": "native"` is
     this machine's CPU, which LLVM itself does not accept. TVM's warning that it cannot
     detect the CUDA version (no GPU here) is kept out of the cell's output.
 
@@ -559,15 +561,20 @@ def _target(target: str, local: bool = True) -> tvm.target.Target:
     a generic x86-64 (SSE2, no FMA), which left a default MLP at 0.05x PyTorch eager. Code
     meant for any x86-64 machine says `"mcpu": "x86-64"` in the target."""
     try:
-        config = json.loads(target) if target.lstrip().startswith("{") else target
+        config = target_config(target)
         if local and config == "llvm":
             config = {"kind": "llvm", "mcpu": "native"}
         if isinstance(config, dict) and config.get("mcpu") == "native":
             config = {**config, "mcpu": str(tvm.target.codegen.llvm_get_system_cpu())}
+        check_cpu(config)
         with native_stderr_without(NO_CUDA_VERSION):
             return tvm.target.Target(config)
     except Exception as err:  # TVM raises ValueError, TypeError or its own errors for a bad target
-        raise TVMModuleError(f"target `{target}` is not a TVM target: {last_reason(err)}") from None
+        from_env = target == default_target() != "llvm"
+        where = f" (the default, from ${TARGET_ENV})" if from_env else ""
+        raise TVMModuleError(
+            f"target `{target}`{where} is not a TVM target: {last_reason(err)}"
+        ) from None
 
 
 def _prim_funcs(mod: tvm.IRModule):

@@ -40,6 +40,8 @@ import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.sym import Analyzer
 
+from .vectorized_checks import out_of_vector_loops
+
 # Part of the compile cache's key: a library built under other guards is another library.
 GUARDS_VERSION = 3
 
@@ -163,7 +165,7 @@ def guard_division(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
         checks = [tirx.NE(d, tirx.const(0, str(d.ty))) for d in divisors]
         return _asserted(checks, _message(what, stmt), new)
 
-    return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), guard)])
+    return out_of_vector_loops(tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), guard)]))
 
 
 def _divisors_in(node) -> list:
@@ -256,7 +258,7 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
         ]
         return _asserted(doubtful, _message(what, stmt), new) if doubtful else new
 
-    return tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)])
+    return out_of_vector_loops(tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)]))
 
 
 def _bounds(buffer, indices) -> list:

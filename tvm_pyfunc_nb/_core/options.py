@@ -10,12 +10,22 @@ field of `ModuleOptions`. The magics build their traits and flags from
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import tvm
 
 from ..errors import TVMModuleError
+
+TARGET_ENV = "TVM_PYFUNC_NB_TARGET"
+
+
+def default_target() -> str:
+    """The `target` of a module that names none: `$TVM_PYFUNC_NB_TARGET` if set (one switch for a
+    whole notebook server or test run, e.g. code for the oldest CPU of a mixed cluster), else
+    `llvm`, the CPU the module runs on. Read when the package is imported."""
+    return os.environ.get(TARGET_ENV, "").strip() or "llvm"
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,11 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option(
-        "target", "llvm", "TVM target: llvm (this CPU here), cuda, or its JSON form", "--target"
+        "target",
+        default_target(),
+        f"TVM target: llvm (this CPU here), cuda, its JSON form or llvm -mcpu=...; "
+        f"${TARGET_ENV} sets the default",
+        "--target",
     ),
     Option("device", "cpu", "device, e.g. cpu, cpu:0, cuda:0", "--device"),
     Option(

@@ -116,10 +116,13 @@ class LocalRunner(Runner):
         )
 
     def _stopped_in(self, linked, fn: str, error: TVMModuleError) -> TVMModuleError:
-        """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did."""
+        """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did.
+        The kernels are matched as the pipeline made them, before their CPU schedule (a
+        scheduled kernel is no longer the op's legalized form)."""
         live = self.live
         prefix = f"{live.name}.consts."
-        return name_the_binding(error, linked.mod, linked.lowered, fn, live.consts, prefix)
+        unscheduled = self.compiler.build.lower(linked.mod, scheduled=False)
+        return name_the_binding(error, linked.mod, unscheduled, fn, live.consts, prefix)
 
     def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
         return run_compiled(entry, linked.vm(self.device)[fn], args, device=self.device)

@@ -23,6 +23,9 @@ from .relax_rewrite import relax_closure, sub_module
 from .tables import text_table
 from .tensors import to_torch
 
+# A mean within this many units in the last place of a tensor's largest value shows as `~0`.
+MEAN_NOISE_ULPS = 8
+
 
 @dataclass(frozen=True)
 class Tap:
@@ -135,8 +138,16 @@ def summary(value: torch.Tensor) -> str:
     if value.is_complex():
         return ""
     flat = value.detach().reshape(-1)
-    numbers = (flat.min().item(), flat.max().item(), flat.to(torch.float64).mean().item())
-    return " / ".join(f"{n:.4g}" for n in numbers)
+    low, high = flat.min().item(), flat.max().item()
+    mean = flat.to(torch.float64).mean().item()
+    return f"{low:.4g} / {high:.4g} / {mean_text(mean, value.dtype, max(abs(low), abs(high)))}"
+
+
+def mean_text(mean: float, dtype: torch.dtype, largest: float) -> str:
+    """A mean, or `~0` for one within a few units in the last place of the largest value (a
+    normalized tensor's): what is left there is rounding, whose bits vary from CPU to CPU."""
+    noise = MEAN_NOISE_ULPS * torch.finfo(dtype).eps * largest if dtype.is_floating_point else 0
+    return "~0" if noise > 0 and abs(mean) <= noise else f"{mean:.4g}"
 
 
 def _dtype(value: torch.Tensor) -> str:

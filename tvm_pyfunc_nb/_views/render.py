@@ -33,6 +33,7 @@ from .._core.live_module import LiveModule, UpdateResult
 from .._core.printer import member_sources, module_script
 from .._core.tensors import describe, to_torch
 from .._core.timing import duration
+from .._core.tracing import mean_text
 from ..errors import TVMModuleError
 
 MAX_VALUES = 6  # values of a tensor shown in a results pane
@@ -99,9 +100,10 @@ def _stats(flat: torch.Tensor) -> str:
         return ""
     if flat.dtype == torch.bool:
         return f"{int(flat.sum())} of {flat.numel()} true"
-    low, high = _number(flat.min().item()), _number(flat.max().item())
-    mean = _number(flat.mean(dtype=torch.float64).item())
-    return f"min {low} · max {high} · mean {mean}"
+    low, high = flat.min().item(), flat.max().item()
+    mean = flat.mean(dtype=torch.float64).item()
+    largest = max(abs(low), abs(high))
+    return f"min {_number(low)} · max {_number(high)} · mean {mean_text(mean, flat.dtype, largest)}"
 
 
 def _number(value: Any) -> str:
