@@ -1,0 +1,187 @@
+"""`library_files.write_library`: every kind of module the package builds becomes a library that
+loads and computes what the module in memory computes, and a write that fails is an error of the
+package, never the end of the process (TVM's own `export_library` ends it: shown here too)."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
+
+from tvm_pyfunc_nb._core.library_files import load_library, write_library
+from tvm_pyfunc_nb.errors import LibraryWriteError
+
+
+@T.prim_func
+def vectors(a: T.handle, b: T.handle):
+    A = T.match_buffer(a, (64,), "float32")
+    B = T.match_buffer(b, (64,), "float32")
+    for i in T.vectorized(64):
+        B[i] = A[i] * T.float32(2) + T.float32(1)
+
+
+@T.prim_func
+def parallel_exp(a: T.handle, b: T.handle):
+    n = T.int64()
+    A = T.match_buffer(a, (n,), "float32")
+    B = T.match_buffer(b, (n,), "float32")
+    for i in T.parallel(n):
+        B[i] = T.exp(A[i])
+
+
+@T.prim_func
+def extern_sqrt(a: T.handle, b: T.handle):
+    A = T.match_buffer(a, (64,), "float32")
+    B = T.match_buffer(b, (64,), "float32")
+    for i in range(64):
+        B[i] = T.call_extern("float32", "sqrtf", A[i])
+
+
+@I.ir_module
+class WithConstants:
+    @R.function
+    def main(x: R.Tensor((8, 8), "float32")):
+        w = R.const(np.arange(64, dtype="float32").reshape(8, 8) / 64)
+        y = R.matmul(x, w)
+        return R.nn.softmax(y)
+
+
+X = np.linspace(0.5, 4.0, 64, dtype="float32")
+EXPECTED = {"vectors": X * 2 + 1, "parallel_exp": np.exp(X), "extern_sqrt": np.sqrt(X)}
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """Three kernels of three kinds (vectors, a parallel loop, an extern call), built together in
+    one library, as `Build` builds the kernels one compile needs."""
+    funcs = {"vectors": vectors, "parallel_exp": parallel_exp, "extern_sqrt": extern_sqrt}
+    return tvm.tirx.build(tvm.IRModule(funcs), target="llvm")
+
+
+def run_kernel(lib, name: str) -> np.ndarray:
+    out = tvm.runtime.tensor(np.zeros_like(X))
+    lib[name](tvm.runtime.tensor(X), out)
+    return out.numpy()
+
+
+def test_kernels_built_together_load_and_compute_as_in_memory(kernels, tmp_path):
+    write_library(kernels, tmp_path / "kernels.so")
+    loaded = tvm.runtime.load_module(str(tmp_path / "kernels.so"))
+    for name, expected in EXPECTED.items():
+        np.testing.assert_allclose(run_kernel(loaded, name), expected, rtol=1e-6)
+        np.testing.assert_array_equal(run_kernel(loaded, name), run_kernel(kernels, name))
+    assert [p.name for p in tmp_path.iterdir()] == ["kernels.so"]  # no file of the work left
+
+
+def test_a_vm_with_constants_loads_and_runs_as_in_memory(tmp_path):
+    executable = tvm.compile(WithConstants, target="llvm")
+    write_library(executable.mod, tmp_path / "vm.so")
+    x = tvm.runtime.tensor(np.linspace(-1, 1, 64, dtype="float32").reshape(8, 8))
+    ours = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "vm.so")), tvm.cpu())
+    in_memory = relax.VirtualMachine(executable, tvm.cpu())
+    np.testing.assert_array_equal(ours["main"](x).numpy(), in_memory["main"](x).numpy())
+
+
+def test_a_library_loaded_with_load_library_is_written_again(kernels, tmp_path):
+    write_library(kernels, tmp_path / "first.so")
+    loaded = load_library(tmp_path / "first.so")
+    (tmp_path / "first.so").unlink()  # what the compile cache does with its private copy
+    write_library(loaded, tmp_path / "again.so")
+    again = tvm.runtime.load_module(str(tmp_path / "again.so"))
+    np.testing.assert_array_equal(run_kernel(again, "vectors"), EXPECTED["vectors"])
+
+
+def test_code_loaded_from_a_file_by_tvm_alone_is_refused_with_the_reason(kernels, tmp_path):
+    write_library(kernels, tmp_path / "k.so")
+    plain = tvm.runtime.load_module(str(tmp_path / "k.so"))
+    with pytest.raises(LibraryWriteError, match="loaded from a file"):
+        write_library(plain, tmp_path / "again.so")
+    assert not (tmp_path / "again.so").exists()
+
+
+def test_a_cuda_host_module_is_written_with_its_device_code(tmp_path):
+    """No GPU here: the file holds the host code and the CUDA module, as TVM's own export does
+    (loading it asks for a CUDA runtime, in both)."""
+
+    @T.prim_func
+    def double(a: T.handle, b: T.handle):
+        A = T.match_buffer(a, (256,), "float32")
+        B = T.match_buffer(b, (256,), "float32")
+        for bx in T.thread_binding(2, "blockIdx.x"):
+            for tx in T.thread_binding(128, "threadIdx.x"):
+                B[bx * 128 + tx] = A[bx * 128 + tx] * T.float32(2)
+
+    lib = tvm.tirx.build(tvm.IRModule({"double": double}), target="cuda")
+    write_library(lib, tmp_path / "ours.so")
+    lib.export_library(str(tmp_path / "theirs.so"))
+    for name in ("ours.so", "theirs.so"):
+        with pytest.raises(Exception, match=r"load_from_bytes\.cuda"):
+            tvm.runtime.load_module(str(tmp_path / name))
+
+
+def test_a_failing_compiler_or_a_missing_folder_is_the_package_error(kernels, tmp_path):
+    with pytest.raises(LibraryWriteError, match="no C compiler `no-such-cc`"):
+        write_library(kernels, tmp_path / "k.so", compiler="no-such-cc")
+    with pytest.raises(LibraryWriteError, match=r"could not link .* \(exit 1\)"):
+        write_library(kernels, tmp_path / "k.so", compiler="false")
+    with pytest.raises(LibraryWriteError) as raised:
+        write_library(kernels, tmp_path / "gone" / "k.so")
+    assert raised.value.errno == errno.ENOENT
+    assert list(tmp_path.iterdir()) == []
+
+
+# A process whose files may not grow past 4 KB and that ignores SIGXFSZ: every write past that
+# fails with EFBIG, as on a full disk or over a quota, and the process goes on.
+FULL_DISK = textwrap.dedent(
+    """
+    import errno, resource, signal, sys
+    import tvm
+    from tvm.script import tirx as T
+    from tvm_pyfunc_nb._core.library_files import write_library
+    from tvm_pyfunc_nb.errors import LibraryWriteError
+
+    @T.prim_func
+    def double(a: T.handle, b: T.handle):
+        A = T.match_buffer(a, (64,), "float32")
+        B = T.match_buffer(b, (64,), "float32")
+        for i in T.vectorized(64):
+            B[i] = A[i] * T.float32(2)
+
+    lib = tvm.tirx.build(tvm.IRModule({"double": double}), target="llvm")
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    try:
+        write_library(lib, sys.argv[1] + "/ours.so")
+    except LibraryWriteError as err:
+        print("ours:", errno.errorcode[err.errno], err, flush=True)
+    lib.export_library(sys.argv[1] + "/theirs.so")
+    print("export_library returned", flush=True)
+    """
+)
+
+
+def test_a_full_disk_is_an_error_for_ours_and_the_end_of_the_process_for_export_library(
+    tmp_path,
+):
+    script = tmp_path / "full_disk.py"  # TVMScript reads a function's source from its file
+    script.write_text(FULL_DISK)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.startswith("ours: EFBIG cannot write the library"), done.stderr[-2000:]
+    # TVM's export: LLVM's fatal error ends the process (in a notebook, the kernel)
+    assert "export_library returned" not in done.stdout
+    assert done.returncode != 0
+    assert "LLVM ERROR: IO failure on output stream" in done.stderr
