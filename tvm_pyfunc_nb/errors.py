@@ -100,6 +100,16 @@ class LibraryWriteError(TVMModuleError):
         self.errno = errno
 
 
+class WorkerCrash(TVMModuleError):
+    """The build worker (a child process that builds what could crash this one) died during a
+    job: a signal, an abort, LLVM's fatal error, or a job past its time. `crash` says how: the
+    signal, the stage the job was in, and the last lines the worker wrote to stderr."""
+
+    def __init__(self, crash):
+        super().__init__(str(crash))
+        self.crash = crash
+
+
 class CompileCacheWarning(UserWarning):
     """The compile cache will not load code that someone else could have written (it is off, or
     it ignored an entry or a folder of tuning records), or it could not store an entry. Nothing

@@ -35,20 +35,22 @@ import contextlib
 import errno
 import functools
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import tvm
-from tvm.support.cc import get_cc
 
 from ..errors import LibraryWriteError, last_reason
 
 LOADED_BYTES = "_tvm_pyfunc_nb_library_bytes"  # set on a module by load_library
 BLOB_SYMBOL = "__tvm_ffi__library_bin"  # where TVM looks for a library's packed imports
 MAX_COMPILER_LINES = 12
+C_COMPILERS = ("cc", "gcc", "clang")
 
 # LLVM's code generator is not safe for two threads on one module (the compile cache's writer
 # and an RPC upload of the same library once crashed TVM): what runs in this process is serial
@@ -61,6 +63,7 @@ def write_library(
     *,
     compiler: str | None = None,
     workspace: str | os.PathLike | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> None:
     """Write `lib` (a `tirx.build` library, a VM executable's module, or a library loaded with
     `load_library`) to `path` as a shared library that `tvm.runtime.load_module` loads.
@@ -69,8 +72,11 @@ def write_library(
     `aarch64-linux-gnu-gcc` for a remote target; by default this machine's, as TVM finds it).
     Intermediate files go in a private temporary folder under `workspace` (the system's
     temporary folder by default). `path` appears complete or not at all. Raises
-    `LibraryWriteError`, whatever went wrong.
+    `LibraryWriteError`, whatever went wrong. `on_step("codegen")` is called before LLVM
+    generates the code, `on_step("link")` before the C compiler runs (the build worker's
+    stages).
     """
+    step = on_step or (lambda _: None)
     path = Path(path)
     loaded = getattr(lib, LOADED_BYTES, None)
     try:
@@ -80,8 +86,10 @@ def write_library(
         with tempfile.TemporaryDirectory(
             prefix=".library-", dir=workspace, ignore_cleanup_errors=True
         ) as work:
+            step("codegen")
             with _EMITTING:
                 sources = _write_sources(lib, Path(work))
+            step("link")
             _link(compiler or _default_compiler(), sources, path, Path(work))
     except OSError as err:
         raise LibraryWriteError(
@@ -205,7 +213,10 @@ def _run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedPro
 
 
 def _default_compiler() -> str:
-    found = get_cc()
+    """This machine's C compiler: `$CC`, else the first of cc, gcc and clang on the PATH.
+    (TVM's `get_cc` prefers a C++ compiler, whose link also searches libstdc++: a third slower,
+    and nothing here is C++.)"""
+    found = os.environ.get("CC") or next(filter(None, map(shutil.which, C_COMPILERS)), None)
     if not found:
         raise LibraryWriteError("no C compiler found to link the library: install gcc or clang")
     return found
