@@ -144,6 +144,7 @@ def test_a_worker_dies_with_its_parent_killed_in_the_middle_of_a_job():
     receive, report = multiprocessing.get_context("fork").Pipe(duplex=False)
     parent = multiprocessing.get_context("fork").Process(target=busy_parent, args=(report,))
     parent.start()
+    child = None
     try:
         assert receive.poll(60), "the parent did not start its worker"
         child = receive.recv()
@@ -158,6 +159,8 @@ def test_a_worker_dies_with_its_parent_killed_in_the_middle_of_a_job():
     finally:
         parent.kill()
         parent.join()
+        if child is not None and alive(child):  # the defect: never leave it behind
+            os.kill(child, signal.SIGKILL)
 
 
 def alive(pid: int) -> bool:
