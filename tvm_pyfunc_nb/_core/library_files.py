@@ -51,6 +51,9 @@ LOADED_BYTES = "_tvm_pyfunc_nb_library_bytes"  # set on a module by load_library
 BLOB_SYMBOL = "__tvm_ffi__library_bin"  # where TVM looks for a library's packed imports
 MAX_COMPILER_LINES = 12
 C_COMPILERS = ("cc", "gcc", "clang")
+# what GCC's own `-shared` link asks of the linker that a TVM library needs (its unwind table);
+# libgcc (helpers LLVM may call) is linked in as GCC links it in
+LINKER_FLAGS = ("-shared", "--eh-frame-hdr")
 
 # LLVM's code generator is not safe for two threads on one module (the compile cache's writer
 # and an RPC upload of the same library once crashed TVM): what runs in this process is serial
@@ -175,26 +178,61 @@ def _write_imports(lib: tvm.runtime.Module, work: Path) -> str:
 
 
 def _link(compiler: str, sources: list[str], path: Path, work: Path) -> None:
-    """One run of `compiler` that assembles, compiles and links `sources` into `path`."""
+    """Assemble, compile and link `sources` into `path`: with the assembler and the linker
+    themselves where the compiler is GCC and there is no C to compile (two short runs
+    instead of the compiler's four, tens of milliseconds less per library), else with the
+    compiler."""
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        tools = None if any(s.endswith(".c") for s in sources) else _binutils(compiler)
+        if tools is None:
+            _check(_compiler_link(compiler, sources, partial), path, work)
+        else:
+            assembler, linker, libgcc = tools
+            objects = [source.removesuffix(".s") + ".o" for source in sources]
+            for source, obj in zip(sources, objects, strict=True):
+                flags = [flag.removeprefix("-Wa,") for flag in _assembler_flags(compiler)]
+                _check([assembler, *flags, "-o", obj, source], path, work)
+            _check([linker, *LINKER_FLAGS, "-o", partial, *objects, libgcc], path, work)
+        os.replace(partial, path)
+    finally:
+        _remove(partial)
+
+
+def _compiler_link(compiler: str, sources: list[str], output: str) -> list[str]:
     include = [] if not any(s.endswith(".c") for s in sources) else _tvm_includes()
     command = [compiler, "-shared", "-fPIC", *_assembler_flags(compiler), *include]
     if sys.platform == "darwin":
         command += ["-undefined", "dynamic_lookup"]
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    command += ["-o", partial, *sources]
-    try:
-        done = _run(command, work)
-        if done.returncode != 0:
-            said = (done.stdout + done.stderr).strip().splitlines()
-            raise LibraryWriteError(
-                f"the C compiler could not link the library {path} (exit {done.returncode}): "
-                + "\n".join(said[-MAX_COMPILER_LINES:]),
-                errno=_errno_in(done.stderr),
-            )
-        os.replace(partial, path)
-    finally:
-        _remove(partial)
+    return [*command, "-o", output, *sources]
+
+
+def _check(command: list[str], path: Path, work: Path) -> None:
+    """Run `command` in `work`; a `LibraryWriteError` with what it said if it fails."""
+    done = _run(command, work)
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        raise LibraryWriteError(
+            f"the C compiler could not link the library {path} (`{Path(command[0]).name}` exit "
+            f"{done.returncode}): " + "\n".join(said[-MAX_COMPILER_LINES:]),
+            errno=_errno_in(done.stderr),
+        )
+
+
+@functools.cache
+def _binutils(compiler: str) -> tuple[str, str, str] | None:
+    """The assembler, linker and libgcc (the helpers LLVM's code may call) that GCC `compiler`
+    links with on Linux, or None (not Linux, not GCC, or not found)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    found = []
+    for question in ("-print-prog-name=as", "-print-prog-name=ld", "-print-libgcc-file-name"):
+        answer = _run([compiler, question]).stdout.strip()
+        found.append(shutil.which(answer) or answer)
+    if not all(os.path.isabs(p) and os.path.isfile(p) for p in found):
+        return None
+    return found[0], found[1], found[2]
 
 
 def _run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:

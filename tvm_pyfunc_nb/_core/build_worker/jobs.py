@@ -12,11 +12,13 @@ Across the boundary:
   file; the parent loads them and deletes the file.
 - a Relax pipeline by its name when TVM registers it; one registered in this
   process (`relax.register_pipeline`, a notebook's own) by value, with
-  cloudpickle: its function and what it refers to travel, including a pass
-  written with `@tvm.transform.module_pass` *inside* the pipeline function. A
-  TVM pass object made outside it (a notebook's top-level `@module_pass`) does
-  not pickle: make it inside the pipeline function, or in a module the worker
-  can import.
+  cloudpickle: its function and what it refers to. Checked on 0.27: a pass
+  made inside the pipeline function (`tvm.transform.module_pass(f, ...)`, or a
+  function decorated there), and a class decorated with `@module_pass` at the
+  notebook's top level, both arrive and run. A *function* decorated with
+  `@module_pass` at top level does not: the pass object is pickled without
+  its Python function, and running it in the worker fails with TVM's
+  "bad_function_call". Make such a pass inside the pipeline function.
 
 Every job builds as the module's `Build` does (target, pipeline, crash guards,
 offload), from the module's `ModuleOptions`, with nothing kept between jobs:
@@ -39,7 +41,7 @@ from ..build import Build, CompileStats
 from ..library_files import load_library, write_library
 from ..options import ModuleOptions, device_of
 from .child import StageLog
-from .pass_log import TIR, PassKey, PassRun, logged_passes
+from .pass_log import PIPELINE, TIR, PassKey, PassRun, logged_passes
 from .process import DEFAULT_TIMEOUT, BuildWorker
 
 StageHook = Callable[[str], None]  # hears each stage a job enters (progress, a status line)
@@ -77,8 +79,16 @@ class Pipelines:
 
 
 def _build(options: ModuleOptions, pipelines: Pipelines) -> Build:
+    """The worker's `Build` for `options`, made once (its target, pipeline and checks): a job
+    that lowers or builds uses no memory of an earlier one (`Build.link` does: `BuildAndRun`
+    makes its own)."""
     pipelines.register()
-    return Build(options, CompileStats())
+    if options not in _BUILDS:
+        _BUILDS[options] = Build(options, CompileStats())
+    return _BUILDS[options]
+
+
+_BUILDS: dict[ModuleOptions, Build] = {}
 
 
 # -- PrimFuncs -------------------------------------------------------------------------
@@ -148,8 +158,8 @@ class Lower:
         mod = tvm.ir.load_json(self.module)
         build = _build(self.options, self.pipelines)
         with logged_passes(log) as passes:
-            build.on_compile = passes.compiling
-            lowered = build.lower(mod)
+            with passes.in_phase(PIPELINE, self.describe()):
+                lowered = build.lower(mod)
             log.stage("vm codegen")
             builder = relax.ExecBuilder()
             leftover = _vmcodegen(builder, lowered)
@@ -237,7 +247,8 @@ class BuildAndRun:
 
     def run(self, log: StageLog) -> RunReport:
         mod = tvm.ir.load_json(self.module)
-        build = _build(self.options, self.pipelines)
+        self.pipelines.register()
+        build = Build(self.options, CompileStats())  # nothing kept from another run
         with logged_passes(log, self.skip, self.snapshots) as passes:
             build.on_compile = passes.compiling
             linked = build.link(mod, use_cache=False)
