@@ -81,7 +81,7 @@ def write_library(
     """
     step = on_step or (lambda _: None)
     path = Path(path)
-    loaded = getattr(lib, LOADED_BYTES, None)
+    loaded = vars(lib).get(LOADED_BYTES)  # not getattr: a module's lookup JIT-compiles it
     try:
         if loaded is not None:
             _write_atomically(path, loaded)
@@ -108,7 +108,7 @@ def load_library(path: str | os.PathLike, data: bytes | None = None) -> tvm.runt
     if data is None:
         data = Path(path).read_bytes()
     lib = tvm.runtime.load_module(os.fspath(path))
-    setattr(lib, LOADED_BYTES, data)
+    vars(lib)[LOADED_BYTES] = data
     return lib
 
 
