@@ -129,9 +129,6 @@ def test_errors_travel_with_their_class_and_attributes():
 def busy_parent(report) -> None:
     """A parent (forked from this test process, so it imports nothing) whose worker is in the
     middle of a job when the parent is killed."""
-    from tvm_pyfunc_nb._core.build_worker import process
-
-    process._launcher = process._Launcher()  # the fork has none of this process's threads
     worker = BuildWorker(warm=False)
     worker.run(quick_job())
     busy = threading.Thread(target=worker.run, args=(functools.partial(time.sleep, 600),))

@@ -310,6 +310,16 @@ _shared: BuildWorker | None = None
 _shared_lock = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A process forked from this one (multiprocessing, a DataLoader) has none of its threads
+    and must not talk to its worker: it gets a launcher and, if it asks, a worker of its own."""
+    global _launcher, _shared, _shared_lock
+    _launcher, _shared, _shared_lock = _Launcher(), None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def shared_worker() -> BuildWorker:
     """The worker of this process, shared by every live module; made (not started) at the first
     call, closed when the interpreter exits."""
