@@ -17,11 +17,13 @@ object file), and everything that touches the disk is Python's `open` (an
    (`ModulePackImportsToTensor`), written as a binary file that a small
    assembly stub includes (`.incbin`): no C source of a model's weights in hex
    for the compiler to parse;
-3. one C compiler run assembles and links them all (`cc -shared`), in a session
-   of its own, so that interrupting or stopping the kernel does not kill it.
-   GNU as needs `--gdwarf-5` for the DWARF-5 line tables LLVM writes; clang's
-   assembler reads them as they are and refuses that flag, so each compiler is
-   asked once which it is.
+3. the C compiler assembles and links them (`cc -shared`), in a session of its
+   own, so that interrupting or stopping the kernel does not kill it. With GCC
+   on Linux its assembler and linker run directly, with the flags and libgcc
+   GCC would give them: two short runs instead of the driver's four, a third
+   of a library's write. GNU as needs `--gdwarf-5` for the DWARF-5 line tables
+   LLVM writes; clang's assembler reads them as they are and refuses that
+   flag, so each compiler is asked once which it is.
 
 A library that was itself loaded from a file (`load_library`) holds no code
 LLVM could emit again: it is written as the bytes it was loaded from.
@@ -40,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import tvm
@@ -72,7 +74,8 @@ def write_library(
     `load_library`) to `path` as a shared library that `tvm.runtime.load_module` loads.
 
     `compiler` is the C compiler that assembles and links (a cross compiler such as
-    `aarch64-linux-gnu-gcc` for a remote target; by default this machine's, as TVM finds it).
+    `aarch64-linux-gnu-gcc` for a remote target; by default this machine's: `$CC`, else cc,
+    gcc or clang).
     Intermediate files go in a private temporary folder under `workspace` (the system's
     temporary folder by default). `path` appears complete or not at all. Raises
     `LibraryWriteError`, whatever went wrong. `on_step("codegen")` is called before LLVM
@@ -84,7 +87,8 @@ def write_library(
     loaded = vars(lib).get(LOADED_BYTES)  # not getattr: a module's lookup JIT-compiles it
     try:
         if loaded is not None:
-            _write_atomically(path, loaded)
+            with _in_place(path) as partial:
+                Path(partial).write_bytes(loaded)
             return
         with tempfile.TemporaryDirectory(
             prefix=".library-", dir=workspace, ignore_cleanup_errors=True
@@ -113,12 +117,12 @@ def load_library(path: str | os.PathLike, data: bytes | None = None) -> tvm.runt
 
 
 def _write_sources(lib: tvm.runtime.Module, work: Path) -> list[str]:
-    """The files one compiler run turns into `lib`'s library, written in `work` (file names
-    relative to it)."""
+    """The files the C compiler turns into `lib`'s library, written in `work` (names relative
+    to it)."""
     if any(m.kind == "library" for m in _import_tree(lib)):
         raise LibraryWriteError(
-            "it links a library loaded from a file, whose code cannot be emitted again: "
-            "build it again in this process (or load it with `load_library`, alone)"
+            "the module links a library loaded from a file, whose code cannot be emitted "
+            "again: build it again in this process (or load it with `load_library`, alone)"
         )
     try:
         modules = lib._collect_dso_modules()
@@ -182,9 +186,7 @@ def _link(compiler: str, sources: list[str], path: Path, work: Path) -> None:
     themselves where the compiler is GCC and there is no C to compile (two short runs
     instead of the compiler's four, tens of milliseconds less per library), else with the
     compiler."""
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with _in_place(path) as partial:
         tools = None if any(s.endswith(".c") for s in sources) else _binutils(compiler)
         if tools is None:
             _check(_compiler_link(compiler, sources, partial), path, work)
@@ -195,9 +197,6 @@ def _link(compiler: str, sources: list[str], path: Path, work: Path) -> None:
                 flags = [flag.removeprefix("-Wa,") for flag in _assembler_flags(compiler)]
                 _check([assembler, *flags, "-o", obj, source], path, work)
             _check([linker, *LINKER_FLAGS, "-o", partial, *objects, libgcc], path, work)
-        os.replace(partial, path)
-    finally:
-        _remove(partial)
 
 
 def _compiler_link(compiler: str, sources: list[str], output: str) -> list[str]:
@@ -292,11 +291,14 @@ def _errno_in(said: str) -> int | None:
     return None
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+@contextlib.contextmanager
+def _in_place(path: Path) -> Iterator[str]:
+    """A temporary name next to `path` to write to, renamed to `path` if the block succeeds:
+    `path` appears complete or not at all, and nothing is left behind."""
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
+        yield partial
         os.replace(partial, path)
     finally:
         _remove(partial)
