@@ -112,8 +112,7 @@ class BuildKernels:
         build = _build(self.options, Pipelines())
         with logged_passes(log) as passes, passes.in_phase(TIR, self.describe()):
             lib = build.tirx_build(funcs)
-        compiler = self.options.cross_compiler if self.options.rpc else None
-        write_library(lib, self.output, compiler=compiler or None, on_step=log.stage)
+        write_library(lib, self.output, on_step=log.stage)
 
 
 def build_kernels(
@@ -125,7 +124,10 @@ def build_kernels(
     on_stage: StageHook | None = None,
 ) -> tvm.runtime.Module:
     """`Build.tirx_build(funcs)` in the worker: the library of `funcs` (`{name: func}`), loaded
-    here; it can be written again (`write_library`) as the compile cache does."""
+    here; it can be written again (`write_library`) as the compile cache does. For code that
+    runs here: a library for a remote device (`--rpc`) could not be loaded to hand it back."""
+    if options.rpc:
+        raise NotImplementedError("the build worker builds for this machine, not for --rpc")
     output = worker.new_file(".so")
     module = tvm.ir.save_json(tvm.IRModule(dict(funcs.items())))
     try:

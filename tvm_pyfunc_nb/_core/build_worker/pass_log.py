@@ -95,7 +95,9 @@ class PassLog:
     def compiling(self, kind: str, names: tuple[str, ...]) -> contextlib.AbstractContextManager:
         """`Build.on_compile`: the passes of a Relax lowering ("vm") are the pipeline's, those of
         a PrimFunc build ("tir") the TIR build's."""
-        return self.in_phase(PIPELINE if kind == "vm" else TIR, f"{kind} of {', '.join(names)}")
+        if kind == "vm":
+            return self.in_phase(PIPELINE, f"lowering {', '.join(names)}")
+        return self.in_phase(TIR, f"building {', '.join(names)}")
 
     @contextlib.contextmanager
     def in_phase(self, phase: str, what: str) -> Iterator[None]:

@@ -127,7 +127,8 @@ class BuildWorker:
             self._ensure_started()
             described = getattr(job, "describe", lambda: type(job).__name__)()
             pickled = pickle.dumps(job)  # a job that cannot travel fails here, in the caller
-            os.truncate(self._log, 0)  # the report of a death holds this job's output only
+            with contextlib.suppress(OSError):  # the report of a death: this job's output only
+                os.truncate(self._log, 0)
             started = time.monotonic()
             deadline = None if timeout is None else started + timeout
             try:
@@ -252,9 +253,11 @@ class BuildWorker:
                 return self._channel.recv()
 
     def _stop(self) -> None:
-        """Kill the child and whatever it started (its session), and reap it."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
+        """Kill the child and whatever it started (its session), and reap it. A child already
+        reaped is left alone: its number may be another process's by now."""
+        if self._process.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
         self._process.wait()
 
     def _crash(self, job: str, stage: str, started: float, *, timed_out: bool = False):
