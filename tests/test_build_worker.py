@@ -107,7 +107,11 @@ def test_an_exception_of_a_job_is_raised_here_as_itself_with_the_workers_traceba
     with pytest.raises(ValueError, match="invalid literal") as raised:
         worker.run(functools.partial(int, "x"))
     assert "raised in the build worker" in str(raised.value.__cause__)
-    assert worker.run(quick_job()) == 6  # the same worker goes on
+    before = worker.pid
+    with pytest.raises(TypeError, match="cannot pickle"):
+        worker.run(threading.Lock)  # a result that cannot come back
+    assert worker.run(quick_job()) == 6
+    assert worker.pid == before  # the same worker goes on
 
 
 def test_errors_travel_with_their_class_and_attributes():

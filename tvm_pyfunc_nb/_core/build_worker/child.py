@@ -64,7 +64,12 @@ def error_payload(err: BaseException) -> bytes:
             continue
         state[key] = value
     cls = type(err)
-    return pickle.dumps((cls.__module__, cls.__qualname__, err.args, state, str(err)))
+    args = err.args
+    try:
+        pickle.dumps(args)
+    except Exception:  # arguments that cannot travel: their text does
+        args = tuple(str(a) for a in args)
+    return pickle.dumps((cls.__module__, cls.__qualname__, args, state, str(err)))
 
 
 def rebuild_error(payload: bytes) -> BaseException:
@@ -98,10 +103,10 @@ def serve(channel: Connection) -> None:
         try:
             job = pickle.loads(pickled)
             result = job.run(log) if hasattr(job, "run") else job()
+            answer = pickle.dumps((DONE, job_id, result))  # a result that cannot travel fails
         except BaseException as err:
-            channel.send((FAILED, job_id, error_payload(err), traceback.format_exc()))
-        else:
-            channel.send((DONE, job_id, result))
+            answer = pickle.dumps((FAILED, job_id, error_payload(err), traceback.format_exc()))
+        channel.send_bytes(answer)
 
 
 def _die_with(parent: int) -> None:
