@@ -4,10 +4,12 @@ package, never the end of the process (TVM's own `export_library` ends it: shown
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import subprocess
-import sys
-import textwrap
+import multiprocessing
+import os
+import resource
+import signal
 
 import numpy as np
 import pytest
@@ -159,49 +161,38 @@ def test_a_failing_compiler_or_a_missing_folder_is_the_package_error(kernels, tm
     assert list(tmp_path.iterdir()) == []
 
 
-# A process whose files may not grow past 4 KB and that ignores SIGXFSZ: every write past that
-# fails with EFBIG, as on a full disk or over a quota, and the process goes on.
-FULL_DISK = textwrap.dedent(
-    """
-    import errno, resource, signal, sys
-    import tvm
-    from tvm.script import tirx as T
-    from tvm_pyfunc_nb._core.library_files import write_library
-    from tvm_pyfunc_nb.errors import LibraryWriteError
-
-    @T.prim_func
-    def double(a: T.handle, b: T.handle):
-        A = T.match_buffer(a, (64,), "float32")
-        B = T.match_buffer(b, (64,), "float32")
-        for i in T.vectorized(64):
-            B[i] = A[i] * T.float32(2)
-
-    lib = tvm.tirx.build(tvm.IRModule({"double": double}), target="llvm")
+def full_disk(report, lib, folder: str) -> None:
+    """In a process (forked) whose files may not grow past 4 KB and that ignores SIGXFSZ, every
+    write past that fails with EFBIG, as on a full disk or over a quota: write `lib` our way,
+    then with TVM's `export_library`."""
+    with open(os.path.join(folder, "stderr"), "w") as said:
+        os.dup2(said.fileno(), 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
     try:
-        write_library(lib, sys.argv[1] + "/ours.so")
+        write_library(lib, os.path.join(folder, "ours.so"))
     except LibraryWriteError as err:
-        print("ours:", errno.errorcode[err.errno], err, flush=True)
-    lib.export_library(sys.argv[1] + "/theirs.so")
-    print("export_library returned", flush=True)
-    """
-)
+        report.send(("ours", err.errno, str(err)))
+    lib.export_library(os.path.join(folder, "theirs.so"))
+    report.send(("export_library returned",))
 
 
 def test_a_full_disk_is_an_error_for_ours_and_the_end_of_the_process_for_export_library(
-    tmp_path,
+    kernels, tmp_path
 ):
-    script = tmp_path / "full_disk.py"  # TVMScript reads a function's source from its file
-    script.write_text(FULL_DISK)
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.stdout.startswith("ours: EFBIG cannot write the library"), done.stderr[-2000:]
+    fork = multiprocessing.get_context("fork")
+    receive, report = fork.Pipe(duplex=False)
+    process = fork.Process(target=full_disk, args=(report, kernels, str(tmp_path)))
+    process.start()
+    process.join(120)
+    report.close()
+    said = []
+    with contextlib.suppress(EOFError):
+        while receive.poll():
+            said.append(receive.recv())
+    assert said and said[0][:2] == ("ours", errno.EFBIG), (tmp_path / "stderr").read_text()
+    assert said[0][2].startswith("cannot write the library")
     # TVM's export: LLVM's fatal error ends the process (in a notebook, the kernel)
-    assert "export_library returned" not in done.stdout
-    assert done.returncode != 0
-    assert "LLVM ERROR: IO failure on output stream" in done.stderr
+    assert said[1:] == [] and process.exitcode != 0
+    assert "LLVM ERROR: IO failure on output stream" in (tmp_path / "stderr").read_text()
