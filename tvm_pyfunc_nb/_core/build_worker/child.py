@@ -1,12 +1,12 @@
 """The build worker's own process: reads jobs from its channel, runs them, answers.
 
-Started by `process.BuildWorker` as `python <this file> FD PARENT_PID [--warm]`,
+Started by `process.BuildWorker` as `python <this file> FD PARENT_PID [--warm MODULE]`,
 by path and not as `-m tvm_pyfunc_nb...`: importing the package imports TVM
 and PyTorch (seconds), and a worker that only has to die for a test, or that
 a job will make import them anyway, should not wait for that at its start.
 So this file imports nothing but the standard library; a job's own module
 (jobs.py, TVM) is imported when its first job is unpickled. With `--warm`
-the package is imported before the first job, while the parent has other
+that module is imported before the first job, while the parent has other
 things to do.
 
 The channel is a socket (FD) inherited from the parent, with
@@ -129,8 +129,10 @@ def main(argv: list[str]) -> None:
     faulthandler.enable()  # a segfault's Python stack goes to stderr, the parent's report
     channel = Connection(fd)
     channel.send((READY, os.getpid()))
-    if "--warm" in argv:
-        import tvm_pyfunc_nb._core.build_worker.jobs  # noqa: F401 (TVM, PyTorch, the package)
+    if "--warm" in argv:  # the module its jobs will need (TVM, PyTorch, the package), now
+        import importlib
+
+        importlib.import_module(argv[argv.index("--warm") + 1])
     serve(channel)
 
 

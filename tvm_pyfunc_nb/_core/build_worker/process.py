@@ -41,14 +41,15 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import WorkerCrash
-from . import child as protocol
+from .child import DONE, FAILED, JOB, STAGE, rebuild_error
 
 DEFAULT_TIMEOUT = 600.0  # seconds a job may take before the worker is stopped
 START_TIMEOUT = 120.0  # seconds a new worker may take to answer (it may import TVM meanwhile)
 POLL_SECONDS = 0.1  # how often a wait for the worker lets an interrupt through
 OUTPUT_LINES = 20  # lines of the worker's stderr kept in a crash report
 OUTPUT_BYTES = 16384  # at most this much of it is read
-CHILD = Path(protocol.__file__)
+CHILD = Path(__file__).with_name("child.py")  # run by path: see child.py
+JOBS = f"{__package__}.jobs"  # what a warm worker imports before its first job
 _DIED, _TIMED_OUT = "died", "timed out"
 STARTING = "its start"  # the stage of a worker that dies before it is ready: not started again
 _NOISE = ("Extension modules:",)  # Python's list of loaded C extensions after a fatal error
@@ -137,9 +138,9 @@ class BuildWorker:
                 self._stop()
                 self._spawn()
                 raise
-            if kind == protocol.DONE:
+            if kind == DONE:
                 return value
-            if kind == protocol.FAILED:
+            if kind == FAILED:
                 raise value
             if kind == _TIMED_OUT:
                 self._stop()
@@ -153,7 +154,7 @@ class BuildWorker:
         job_id = next(self._job_ids)
         stage = "job start"
         try:
-            self._channel.send((protocol.JOB, job_id, job))
+            self._channel.send((JOB, job_id, job))
             while True:
                 message = self._receive(deadline)
                 if message is None:
@@ -161,13 +162,13 @@ class BuildWorker:
                 kind, about, *rest = message
                 if about != job_id:  # not this job's (none should be: a safeguard)
                     continue
-                if kind == protocol.STAGE:
+                if kind == STAGE:
                     stage = rest[0]
                     if on_stage is not None:
                         on_stage(stage)
-                elif kind == protocol.DONE:
+                elif kind == DONE:
                     return kind, rest[0], stage
-                elif kind == protocol.FAILED:
+                elif kind == FAILED:
                     return kind, _raised_there(*rest), stage
         except (EOFError, OSError):  # the channel closed: the child is gone
             return _DIED, None, stage
@@ -223,7 +224,7 @@ class BuildWorker:
         ours, theirs = socket.socketpair()
         args = [sys.executable, str(CHILD), str(theirs.fileno()), str(os.getpid())]
         if self.warm:
-            args.append("--warm")
+            args += ["--warm", JOBS]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         env["PYTHONUNBUFFERED"] = "1"
         with open(self._log, "ab") as log:  # appended to: `run` truncates it for each job
@@ -335,7 +336,7 @@ def shared_worker() -> BuildWorker:
 
 
 def _raised_there(payload: bytes, traceback_text: str) -> BaseException:
-    err = protocol.rebuild_error(payload)
+    err = rebuild_error(payload)
     err.__cause__ = WorkerTraceback(traceback_text)
     return err
 
