@@ -65,7 +65,7 @@ def starts(repeats: int) -> dict:
         worker = BuildWorker(warm=False)
         light.append(timed(lambda w=worker: w.run(functools.partial(sum, [1]))))
         worker.close()
-    for i in range(max(1, repeats // 2)):
+    for i in range(max(1, repeats // 4)):
         worker = BuildWorker(warm=True)
         cold.append(timed(lambda w=worker, i=i: build_kernels(w, OPTIONS, {"k0": kernel(i)})))
         worker.close()
