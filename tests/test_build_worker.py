@@ -38,7 +38,7 @@ from tvm_pyfunc_nb._core.build_worker import (
 )
 from tvm_pyfunc_nb._core.build_worker.child import error_payload, rebuild_error
 from tvm_pyfunc_nb._core.options import ModuleOptions
-from tvm_pyfunc_nb.errors import CompileError, WorkerCrash
+from tvm_pyfunc_nb.errors import CompileError, TVMModuleError, WorkerCrash
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +180,19 @@ def test_close_ends_the_worker_and_removes_its_folder():
     assert not alive(pid)
     with pytest.raises(RuntimeError, match="closed"):
         worker.run(quick_job())
+
+
+def test_a_file_of_the_worker_that_others_could_have_changed_is_not_loaded(worker):
+    path = worker.new_file(".so")
+    path.write_bytes(b"")
+    try:
+        path.chmod(0o600)
+        assert worker.trusted_file(path) == path
+        path.chmod(0o662)
+        with pytest.raises(TVMModuleError, match="not private, not loaded: .* writable by"):
+            worker.trusted_file(path)
+    finally:
+        path.unlink()
 
 
 # -- TVM jobs (the child imports TVM once, for all of them) ---------------------------------

@@ -28,6 +28,7 @@ the caches stay the parent's.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -113,6 +114,7 @@ class BuildKernels:
         with logged_passes(log) as passes, passes.in_phase(TIR, self.describe()):
             lib = build.tirx_build(funcs)
         write_library(lib, self.output, on_step=log.stage)
+        os.chmod(self.output, 0o600)  # whatever the umask: the parent loads only a private file
 
 
 def build_kernels(
@@ -133,7 +135,7 @@ def build_kernels(
     try:
         job = BuildKernels(options, module, tuple(funcs), str(output))
         worker.run(job, timeout=timeout, on_stage=on_stage)
-        return load_library(output)
+        return load_library(worker.trusted_file(output))
     finally:
         output.unlink(missing_ok=True)
 
@@ -172,6 +174,7 @@ class Lower:
             )
         log.stage("write executable")
         builder.get().mod.write_to_file(self.output)
+        os.chmod(self.output, 0o600)
         return tvm.ir.save_json(lowered), tvm.ir.save_json(leftover)
 
 
@@ -200,7 +203,8 @@ def lower(
     job = Lower(options, tvm.ir.save_json(mod), names, str(output), Pipelines.of(options))
     try:
         lowered, leftover = worker.run(job, timeout=timeout, on_stage=on_stage)
-        executable = tvm.get_global_func("relax.ExecutableLoadFromFile")(str(output))
+        load = tvm.get_global_func("relax.ExecutableLoadFromFile")
+        executable = load(str(worker.trusted_file(output)))
     finally:
         output.unlink(missing_ok=True)
     return Lowered(tvm.ir.load_json(lowered), tvm.ir.load_json(leftover), executable)

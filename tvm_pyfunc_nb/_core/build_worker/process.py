@@ -40,7 +40,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ...errors import WorkerCrash
+from ...errors import TVMModuleError, WorkerCrash
+from ..trust import directory_problem, files_problem, temporary_directory
 from .child import DONE, FAILED, JOB, STAGE, rebuild_error
 
 DEFAULT_TIMEOUT = 600.0  # seconds a job may take before the worker is stopped
@@ -87,15 +88,16 @@ class Crash:
 class BuildWorker:
     """One child process that runs jobs, started on first use and again after each death.
 
-    `directory` is private to this worker (mode 0700, made with `mkdtemp`; removed by
-    `close`): jobs write their files there (libraries, executables), and the child's stderr
-    goes there. `warm` has the child import TVM and PyTorch as soon as it starts, before
-    any job asks for them.
+    `directory` is private to this worker (made with `mkdtemp` in the process's private
+    directory, `trust.temporary_directory`; removed by `close`): jobs write their files there
+    (libraries, executables), and the child's stderr goes there. A file is loaded back only
+    after `trusted_file` checked it again. `warm` has the child import TVM and PyTorch as
+    soon as it starts, before any job asks for them.
     """
 
     def __init__(self, *, warm: bool = True, name: str = "tvm-pyfunc-nb-worker"):
         self.warm = warm
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=temporary_directory()))
         self.starts = 0  # children started so far
         self._log = self.directory / "stderr.log"
         self._lock = threading.RLock()  # one job at a time
@@ -183,6 +185,14 @@ class BuildWorker:
     def new_file(self, suffix: str) -> Path:
         """A path in the worker's private directory that no other job uses."""
         return self.directory / f"job-{next(self._files)}{suffix}"
+
+    def trusted_file(self, path: Path) -> Path:
+        """`path`, a file a job wrote in the private directory, once no one else could have
+        changed it or the directory (checked now, right before it is loaded)."""
+        problem = directory_problem(self.directory) or files_problem(self.directory, [path.name])
+        if problem:
+            raise TVMModuleError(f"the build worker's file is not private, not loaded: {problem}")
+        return path
 
     @property
     def pid(self) -> int | None:
