@@ -189,7 +189,7 @@ def test_a_file_of_the_worker_that_others_could_have_changed_is_not_loaded(worke
         path.chmod(0o600)
         assert worker.trusted_file(path) == path
         path.chmod(0o662)
-        with pytest.raises(TVMModuleError, match="not private, not loaded: .* writable by"):
+        with pytest.raises(TVMModuleError, match=r"not private, not loaded: .* writable by"):
             worker.trusted_file(path)
     finally:
         path.unlink()
