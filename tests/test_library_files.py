@@ -19,6 +19,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from tvm_pyfunc_nb import CompileCache
 from tvm_pyfunc_nb._core.library_files import load_library, write_library
 from tvm_pyfunc_nb.errors import LibraryWriteError
 
@@ -161,15 +162,36 @@ def test_a_failing_compiler_or_a_missing_folder_is_the_package_error(kernels, tm
     assert list(tmp_path.iterdir()) == []
 
 
-def full_disk(report, lib, folder: str) -> None:
-    """In a process (forked) whose files may not grow past 4 KB and that ignores SIGXFSZ, every
-    write past that fails with EFBIG, as on a full disk or over a quota: write `lib` our way,
-    then with TVM's `export_library`."""
+def disk_full_from_now(folder: str) -> None:
+    """This process (forked) may not grow a file past 4 KB and ignores SIGXFSZ: every write
+    past that fails with EFBIG, as on a full disk or over a quota. What it writes to stderr goes
+    to `folder`/stderr."""
     with open(os.path.join(folder, "stderr"), "w") as said:
         os.dup2(said.fileno(), 2)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+
+
+def forked(target, *args) -> tuple[list, int]:
+    """What `target(report, *args)` sent through `report` in a forked process, and its exit
+    status."""
+    fork = multiprocessing.get_context("fork")
+    receive, report = fork.Pipe(duplex=False)
+    process = fork.Process(target=target, args=(report, *args))
+    process.start()
+    process.join(120)
+    report.close()
+    said = []
+    with contextlib.suppress(EOFError):
+        while receive.poll():
+            said.append(receive.recv())
+    return said, process.exitcode
+
+
+def full_disk(report, lib, folder: str) -> None:
+    """Write `lib` our way, then with TVM's `export_library`, on a full disk."""
+    disk_full_from_now(folder)
     try:
         write_library(lib, os.path.join(folder, "ours.so"))
     except LibraryWriteError as err:
@@ -181,18 +203,27 @@ def full_disk(report, lib, folder: str) -> None:
 def test_a_full_disk_is_an_error_for_ours_and_the_end_of_the_process_for_export_library(
     kernels, tmp_path
 ):
-    fork = multiprocessing.get_context("fork")
-    receive, report = fork.Pipe(duplex=False)
-    process = fork.Process(target=full_disk, args=(report, kernels, str(tmp_path)))
-    process.start()
-    process.join(120)
-    report.close()
-    said = []
-    with contextlib.suppress(EOFError):
-        while receive.poll():
-            said.append(receive.recv())
+    said, status = forked(full_disk, kernels, str(tmp_path))
     assert said and said[0][:2] == ("ours", errno.EFBIG), (tmp_path / "stderr").read_text()
     assert said[0][2].startswith("cannot write the library")
     # TVM's export: LLVM's fatal error ends the process (in a notebook, the kernel)
-    assert said[1:] == [] and process.exitcode != 0
+    assert said[1:] == [] and status != 0
     assert "LLVM ERROR: IO failure on output stream" in (tmp_path / "stderr").read_text()
+
+
+def cache_on_a_full_disk(report, lib, folder: str) -> None:
+    cache = CompileCache(os.path.join(folder, "cache"))
+    disk_full_from_now(folder)
+    cache.store({"vectors": vectors}, "llvm", lib)
+    cache.flush()
+    report.send(cache.problem)
+
+
+def test_the_compile_cache_on_a_full_disk_tells_why_and_the_process_goes_on(kernels, tmp_path):
+    """Issue 28: the cache's writer thread ended the kernel with LLVM's "IO failure on output
+    stream"."""
+    said, status = forked(cache_on_a_full_disk, kernels, str(tmp_path))
+    [problem] = said
+    assert problem.startswith("writing an entry failed: cannot write the library")
+    assert problem.endswith("library.so: File too large")
+    assert status == 0
