@@ -307,22 +307,24 @@ def test_a_build_with_a_pass_off_runs_there_and_names_every_pass(
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.export's own, about its internals
 def test_a_model_imported_there_is_the_model_imported_here(worker):
+    """What `add_torch` makes of TVM's importer (each binding's FX node, each weight's name)
+    comes out the same from the worker's translation."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    from tvm_pyfunc_nb._core.importing import _binding_nodes, _constant_names
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     exported = torch.export.export(model, (torch.ones(2, 4),)).run_decompositions()
     imported = import_torch(worker, exported)
     here = ExportedProgramImporter()
-    tvm.ir.assert_structural_equal(
-        imported.mod, here.from_exported_program(exported, False, True, False, None)
-    )
-    names = {node.name: var.name for node, var in imported.env.items()}
-    assert names == {
-        node.name: value.name
-        for node, value in here.env.items()
-        if isinstance(value, relax.Var) and node.name in names
-    }
-    assert len(names) >= 2  # the linear and the relu, at least
+    mod = here.from_exported_program(exported, False, True, False, None)
+    tvm.ir.assert_structural_equal(imported.mod, mod)
+    there_func, here_func = imported.mod["main"], mod["main"]
+    nodes = _binding_nodes(there_func, imported.env)
+    assert nodes == _binding_nodes(here_func, here.env) and len(nodes) >= 2
+    weights = _constant_names(imported.before_binding_params, there_func, exported)
+    here_weights = _constant_names(here.block_builder.get()["main"], here_func, exported)
+    assert sorted(weights.values()) == sorted(here_weights.values()) == ["0_bias", "0_weight"]
 
 
 def test_llvm_fatal_error_while_generating_code_is_a_crash_in_stage_codegen(worker):
