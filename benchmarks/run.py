@@ -34,6 +34,7 @@ COST_FUNCTIONS = 8
 MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 48
 MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS = 64, 10, 3, 3
 GUARD_NUMBER, GUARD_ROUNDS = 20, 5
+WORKER_REPEATS = 15
 REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
 MODEL_LAYERS, MODEL_REPEATS = 4, 3
 MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS, MODELS_THREADS = 5, 3, 3, (1, 2)
@@ -67,6 +68,13 @@ TABLES = {
         first="--unchecked",
         second="checked (default)",
         ratio="checked ÷ unchecked (the guards' cost)",
+    ),
+    "worker": Table(
+        "Build worker: building in a child process (what `--isolate` and `bisect` use) against "
+        "building here",
+        first="in this process",
+        second="in the worker",
+        ratio="worker ÷ here",
     ),
     "remote": Table(
         "Remote: an RPC server on loopback against the same module here",
@@ -385,6 +393,45 @@ def guard_rows(guards: dict) -> list[Row]:
     return rows
 
 
+def worker_rows(worker: dict) -> list[Row]:
+    edit, link = worker["edit"], worker["link"]
+    return [
+        Row(
+            "worker",
+            "one PrimFunc edit, built and ready to call (TIR build, LLVM code; the worker's "
+            "library loaded here)",
+            edit["here"],
+            edit["worker"],
+            "≤ 1.2×",
+            edit["worker"] / edit["here"] <= 1.2,
+        ),
+        Row(
+            "worker",
+            f"a Relax function lowered and linked with its {link['kernels']} kernels, nothing "
+            "kept (matmul, add, relu, softmax)",
+            link["here"],
+            link["worker"],
+            note="the worker: `lower` there, `build_kernels` there, `link_executable` here",
+        ),
+    ]
+
+
+def worker_lines(worker: dict) -> list[str]:
+    start, write = worker["start"], worker["write"]
+    return [
+        f"- a new worker answers a job of Python alone after {_time(start['light'])}; its "
+        f"first build, TVM, PyTorch and the package imported first, after "
+        f"{_time(start['cold'])}; a ready worker answers a trivial job in "
+        f"{_time(worker['round_trip'])}",
+        f"- `bisect`'s job, the Relax function built and run there (every pass logged): "
+        f"{_time(worker['link']['build_and_run'])}",
+        f"- writing a kernel library: `library_files.write_library` (LLVM's assembly in "
+        f"memory, the C compiler in a subprocess) {_time(write['ours'])}, TVM's "
+        f"`export_library` (LLVM writes the object file itself: a full disk ends the "
+        f"process) {_time(write['export_library'])}",
+    ]
+
+
 def remote_rows(remote: dict) -> list[Row]:
     rows = []
     for key, what in [
@@ -565,6 +612,7 @@ def main() -> None:
     fast = section("make_fast.py", MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS)
     tuned = section("tune_models.py", MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS)
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
+    worker = section("build_worker.py", WORKER_REPEATS)
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
     models = models_section()
@@ -575,11 +623,13 @@ def main() -> None:
         + fast_rows(fast)
         + tuned_model_rows(tuned)
         + guard_rows(guards)
+        + worker_rows(worker)
         + remote_rows(remote)
         + model_rows(model)
         + models_rows(models)
     )
     extra = {
+        "worker": worker_lines(worker),
         "fast": fast_lines(fast),
         "remote": remote_lines(remote),
         "models": models_lines(models),

@@ -46,6 +46,7 @@ SECONDS = {
     "tests/test_live_module.py": 25,
     "tests/browser/test_notebook7.py": 24,
     "tests/browser/test_jupyterlab.py": 23,
+    "tests/test_build_worker.py": 20,
     "tests/test_bringing_in.py": 18,
     "tests/test_tune_relax.py": 15,
     "tests/test_fuzz.py": 7,

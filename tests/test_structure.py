@@ -103,6 +103,10 @@ PRIVATE_READS_ALLOWED = {
     ("scheduling", "sys._getframe"),
     # the Relax op -> PyTorch table of TVM's converter; it offers no public accessor
     ("torch_source", "RelaxToPyFuncConverter._get_op_map"),
+    # what TVM's own export_library walks to find a library's code; it has no public name
+    ("library_files", "lib._collect_dso_modules"),
+    # a build worker whose parent is gone ends at once, without Python's clean-up
+    ("child", "os._exit"),
     # IPython's rich display protocol, on a widget of our own
     ("notebook_front_end", "module_view(live)._repr_mimebundle_"),
 }

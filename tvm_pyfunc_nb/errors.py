@@ -87,6 +87,29 @@ class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 
 
+class LibraryWriteError(TVMModuleError):
+    """A compiled module could not be written as a shared library: the disk is full, a quota or
+    a file size limit was hit, the folder is read-only or gone, or the C compiler failed.
+
+    `errno` is the operating system's error number when a write failed (`errno.ENOSPC`...),
+    else None. The process goes on: the module still runs from memory.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class WorkerCrash(TVMModuleError):
+    """The build worker (a child process that builds what could crash this one) died during a
+    job: a signal, an abort, LLVM's fatal error, or a job past its time. `crash` says how: the
+    signal, the stage the job was in, and the last lines the worker wrote to stderr."""
+
+    def __init__(self, crash):
+        super().__init__(str(crash))
+        self.crash = crash
+
+
 class CompileCacheWarning(UserWarning):
     """The compile cache will not load code that someone else could have written (it is off, or
     it ignored an entry or a folder of tuning records), or it could not store an entry. Nothing

@@ -1,7 +1,8 @@
 """Persistent compile cache: compiled PrimFuncs kept on disk and shared by kernels.
 
-A PrimFunc compiled once is saved as a shared library (`export_library`,
-linked by the system C compiler) and loaded back (`tvm.runtime.load_module`)
+A PrimFunc compiled once is saved as a shared library (`library_files.write_library`:
+LLVM emits into memory and the system C compiler assembles and links, so a full disk is
+an error, never the end of the process) and loaded back (`tvm.runtime.load_module`)
 by any later kernel instead of being compiled again. An entry is keyed by
 everything that changes the code: the function's structural hash and name,
 the target as it was resolved (`-mcpu` and the CPU features LLVM enables for
@@ -48,11 +49,10 @@ file, and the record names the other kernels that library holds.
 The cache is bounded in size and evicts the least recently used entries.
 
 Exporting costs about as much as compiling did (LLVM's code generator runs
-again, then the C compiler links), so it runs on one background thread, off
-the path of the call that compiled (`flush()` waits for it on demand). When
-the interpreter exits, the export running finishes and those not started are
-dropped, so that a kernel shuts down at once. The linker runs in a
-session of its own, so interrupting or stopping the kernel does not kill it.
+again, then the C compiler assembles and links), so it runs on one background
+thread, off the path of the call that compiled (`flush()` waits for it on
+demand). When the interpreter exits, the export running finishes and those not
+started are dropped, so that a kernel shuts down at once.
 """
 
 from __future__ import annotations
@@ -65,8 +65,6 @@ import platform
 import queue
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -79,9 +77,9 @@ from pathlib import Path
 
 import tvm
 import tvm_ffi
-from tvm.support.cc import get_cc
 
-from ..errors import CompileCacheWarning, TVMModuleError, last_reason
+from ..errors import CompileCacheWarning, LibraryWriteError, TVMModuleError, last_reason
+from .library_files import load_library, write_library
 from .options import default_of
 from .trust import (
     Exposed,
@@ -108,15 +106,6 @@ ENTRY_NAME = re.compile(r"[0-9a-f]{40}(\.json|\.so)")
 TEMPORARY = (".work-", ".load-", ".entry-")  # the names of the cache's own temporary files
 STALE_TEMP_SECONDS = 3600
 MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
-
-_EXPORTING = threading.Lock()
-
-
-def export_library(lib: tvm.runtime.Module, path: str, **options) -> None:
-    """`lib.export_library(path, **options)`, one at a time in this process: two threads
-    exporting one library at once (the cache's writer and an RPC upload) crash TVM."""
-    with _EXPORTING:
-        lib.export_library(path, **options)
 
 
 @dataclass(frozen=True)
@@ -447,7 +436,7 @@ class CompileCache:
                 with os.fdopen(fd, "wb") as out:
                     out.write(library)  # OSError (a full disk): compiled instead, the entry stays
                 try:
-                    lib = tvm.runtime.load_module(path)
+                    lib = load_library(path, library)  # kept, so that it can be written again
                 except Exception as err:  # passed its checksum but does not load: discard it
                     raise _Rejected(f"it does not load: {last_reason(err)}") from err
             finally:
@@ -469,7 +458,7 @@ class CompileCache:
         self._make_own_dir()  # again: someone may have deleted it since
         with tempfile.TemporaryDirectory(dir=self.own_dir, prefix=".work-") as work:
             built = Path(work) / f"library{LIBRARY_SUFFIX}"
-            export_library(lib, str(built), fcompile=_link_shared, workspace_dir=work)
+            write_library(lib, built, workspace=work)
             library = built.read_bytes()
             os.chmod(built, 0o600)
             facts = {"library_sha256": _sha256(library), "library_bytes": len(library)}
@@ -500,7 +489,8 @@ class CompileCache:
         # the function runs from memory and compiles again next time; the entries there stay
         reason = f"{err.strerror}: {err.filename}" if isinstance(err, OSError) else last_reason(err)
         self.problem = f"writing an entry failed: {reason}"
-        kind = f"write {err.errno}" if isinstance(err, OSError) else f"write {type(err).__name__}"
+        told = isinstance(err, (OSError, LibraryWriteError))  # by the error number: EFBIG...
+        kind = f"write {err.errno}" if told else f"write {type(err).__name__}"
         self._unsaid.append(
             (
                 kind,
@@ -611,25 +601,6 @@ class _Entry:
     key: str
     size: int = 0
     last_used: float = 0.0
-
-
-def _link_shared(output: str, objects: list[str], **_options) -> None:
-    """TVM's `create_shared` link, with the compiler in a session of its own.
-
-    Front ends interrupt and stop a kernel by signalling its whole process
-    group (jupyter_client sends SIGINT, then SIGTERM, when a kernel shuts
-    down); a link running then would be killed and its entry lost.
-    """
-    command = [get_cc() or "cc", "-shared", "-fPIC", "-o", output, *objects]
-    if sys.platform == "darwin":
-        command[2:2] = ["-undefined", "dynamic_lookup"]
-    done = subprocess.run(
-        command, capture_output=True, text=True, start_new_session=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"linking failed ({' '.join(command)}): {(done.stdout + done.stderr).strip()}"
-        )
 
 
 # -- keys ------------------------------------------------------------------------------

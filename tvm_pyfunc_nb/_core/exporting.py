@@ -27,8 +27,8 @@ from .._version import __version__
 from ..errors import CallError, CompileError, last_reason
 from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
-from .compile_cache import export_library as write_library
 from .editing import module_text
+from .library_files import write_library
 from .module_parts import ModuleParts
 from .offload import NONE
 from .relax_rewrite import py_func_calls, relax_closure, sub_module

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ..errors import CallError, TVMModuleError
-from .compile_cache import export_library
+from .library_files import write_library
 from .rpc_connection import Connection, Hung
 
 # What TVM says when the connection is gone (the server died, restarted, or timed the session out)
@@ -350,12 +350,7 @@ class RemoteDevice:
         return module
 
     def _export(self, lib, path: str) -> None:
-        from tvm.support import cc
-
-        if self.cross_compiler:
-            export_library(lib, path, fcompile=cc.cross_compiler(self.cross_compiler))
-        else:
-            export_library(lib, path)
+        write_library(lib, path, compiler=self.cross_compiler)
 
     def module(self, name: str, lib) -> Any:
         """`lib` (the library of PrimFunc `name`), loaded there."""

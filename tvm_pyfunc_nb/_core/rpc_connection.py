@@ -13,6 +13,7 @@ The threads are daemons: nothing stuck ever keeps the interpreter from exiting.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import socket
@@ -148,5 +149,7 @@ def _on_socket(fd: int, local: Any, action: Callable[[socket.socket], Any]) -> A
     finally:
         if sock.fileno() != -1:
             sock.detach()
-            if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
-                fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            # another thread may have closed `fd` meanwhile: then there is no mode to restore
+            with contextlib.suppress(OSError):
+                if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
+                    fcntl.fcntl(fd, fcntl.F_SETFL, flags)
