@@ -144,14 +144,20 @@ class LiveModule(UpstreamInterface):
     def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
         """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
         through `torch.export`; `compare(name, model, ...)` then goes op by op."""
-        func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
-        result = self._add(func, name, f"{self.name}.add_torch({type(model).__name__})")
-        self._torch_origins[name] = origin
+        imported = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
+        by = f"{self.name}.add_torch({type(model).__name__})"
+        result = self._add(imported.functions, None, by, imported.notes)
+        self._torch_origins[name] = imported.origin
         return result
 
-    def _add(self, obj, name: str | None, origin: str) -> UpdateResult:
+    def _add(self, obj, name: str | None, origin: str, notes=()) -> UpdateResult:
         contribution = added_contribution(
-            obj, name=name, module_name=self.name, namespace=self.namespace, origin=origin
+            obj,
+            name=name,
+            module_name=self.name,
+            namespace=self.namespace,
+            origin=origin,
+            notes=notes,
         )
         return self._apply(self._assembly.propose(contribution))
 
