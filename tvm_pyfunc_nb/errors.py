@@ -92,6 +92,11 @@ class CompileCacheWarning(UserWarning):
     it ignored an entry. Nothing fails; the functions it would have served compile instead."""
 
 
+class ScheduleWarning(UserWarning):
+    """A kernel keeps TVM's default schedule: the CPU schedule written for its kind (a matmul, a
+    convolution, an element-wise chain) failed on it. Nothing fails; it runs as TVM made it."""
+
+
 def _compose(message: str, function: str | None, line: int | None) -> str:
     where = []
     if function:

@@ -366,6 +366,13 @@ def _constant_names(before: relax.Function, after: relax.Function, exported) -> 
     return names
 
 
+def binding_site(origins: Mapping[str, TorchOrigin], function: str, binding: str):
+    """Where `binding` of `function` came from in the PyTorch model it was imported from (a
+    `SourceSite`), if it was."""
+    origin = origins.get(function)
+    return origin.site(binding) if origin is not None else None
+
+
 def constant_names(origins) -> dict:
     """The weights' names as the importer knew them (`fc1_weight`), by constant, of models
     imported (`TorchOrigin`s)."""

@@ -24,6 +24,7 @@ asked for what needs one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,7 +53,13 @@ from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable, module_text, name_constants
 from .function_tuning import KernelSchedules, schedules_dir
-from .importing import TorchOrigin, added_contribution, constant_names, import_torch
+from .importing import (
+    TorchOrigin,
+    added_contribution,
+    binding_site,
+    constant_names,
+    import_torch,
+)
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
 from .remote import RemoteDevice
@@ -97,6 +104,7 @@ class LiveModule(UpstreamInterface):
             self._runner = LocalRunner(*parts)
         self._calls.resolver = self._runner.resolve
         self._torch_origins: dict[str, TorchOrigin] = {}
+        build.site_of = functools.partial(binding_site, self._torch_origins)
         self._consts = ConstantTable()
         self._extern_called: dict[str, None] = {}  # packed functions `call_dps_packed` looked up
         # names `NAME.<name>` gives the module's own, not a function's
