@@ -150,26 +150,37 @@ class Comparison:
             for which, d in zip(names, self.outputs, strict=True)
         ]
 
-    def op_rows(self) -> list[tuple[str, str, str, str, str, str]]:
+    def _sited(self) -> bool:
+        return any(c.node is not None and c.node.site is not None for c in self.ops or ())
+
+    def op_header(self) -> tuple[str, ...]:
+        header = ("binding", "op", "PyTorch", "max abs", "max rel", "")
+        return header + (("where",) if self._sited() else ())
+
+    def op_rows(self) -> list[tuple[str, ...]]:
+        """A row per binding: its op, the PyTorch node, the errors and the verdict, and where in
+        the model's code the node was made."""
         rows = []
+        sited = self._sited()
         for check in self.ops or ():
             node = check.node
             torch_op = f"{node.node} ({node.op})" if node else "no PyTorch counterpart"
             if check.diff is None:
                 verdict = f"part of {node.node}, no value of its own" if node else "not compared"
-                rows.append((check.binding, check.op, torch_op, "", "", verdict))
+                row = (check.binding, check.op, torch_op, "", "", verdict)
             else:
                 d = check.diff
-                rows.append(
-                    (
-                        check.binding,
-                        check.op,
-                        torch_op,
-                        _number(d.max_abs),
-                        _number(d.max_rel),
-                        ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
-                    )
+                row = (
+                    check.binding,
+                    check.op,
+                    torch_op,
+                    _number(d.max_abs),
+                    _number(d.max_rel),
+                    ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
                 )
+            if sited:
+                row += (node.site.short() if node is not None and node.site else "",)
+            rows.append(row)
         return rows
 
     def verdict(self) -> str:
@@ -177,15 +188,19 @@ class Comparison:
         numbers diverge first (with how to open that function)."""
         first = self.first_divergence
         if first is not None:
-            where = (
+            site = f" at {first.node.site}" if first.node.site else ""
+            which = (
                 f"`{first.binding}` = {first.op}, from PyTorch's {first.node.op} "
-                f"(node `{first.node.node}`): max abs error {_number(first.diff.max_abs)}"
+                f"(node `{first.node.node}`){site}"
+            )
+            error = (
+                f"max abs error {_number(first.diff.max_abs)}"
                 f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
             if self.passed:
-                return f"{self._within()}, but {where.replace(':', ' diverges:', 1)}"
-            return f"first divergence: {where}"
+                return f"{self._within()}, but {which} diverges: {error}"
+            return f"first divergence: {which}: {error}"
         if self.passed:
             return self._within()
         if self.ops is None:  # why not op by op is the line after the outputs
@@ -208,7 +223,7 @@ class Comparison:
             lines += [
                 "",
                 f"op by op: {compared} of {len(self.ops)} bindings have a PyTorch value",
-                text_table(("binding", "op", "PyTorch", "max abs", "max rel", ""), self.op_rows()),
+                text_table(self.op_header(), self.op_rows()),
             ]
         elif self.why_not_op_by_op:
             lines.append(self.why_not_op_by_op)

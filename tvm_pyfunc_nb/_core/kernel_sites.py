@@ -25,13 +25,16 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import relax
 
+from .source_sites import where_of
+
 LEGALIZE = "LegalizeOps"
 FUSE_TIR = "FuseTIR"
 
 
 @dataclass(frozen=True)
 class KernelSites:
-    """`{function: {kernel: [bindings of one call site, ...]}}` for the Relax functions lowered."""
+    """`{function: {kernel: [bindings of one call site, ...]}}` for the Relax functions lowered
+    (kernels by name; PyTorch calls and pyfuncs by the name the lowered function calls)."""
 
     functions: dict[str, dict[str, list[tuple[str, ...]]]] = field(default_factory=dict)
 
@@ -207,12 +210,26 @@ def _kernel_call(value, arg) -> tuple[str, tuple] | None:
 
 
 def _call_sites(func: relax.Function, names: dict) -> dict[str, list[tuple[str, ...]]]:
+    """What each call site of `func` calls -> the bindings of each: a kernel by its name, a
+    packed function (`R.call_dps_packed`) by its global symbol, a pyfunc (`R.call_py_func`) by
+    the name it is called by."""
     sites: dict[str, list[tuple[str, ...]]] = {}
     for binding in _bindings(func):
-        value = binding.value
-        if isinstance(value, relax.Call) and getattr(value.op, "name", "") == "relax.call_tir":
-            sites.setdefault(value.args[0].name_hint, []).append(names.get(binding.var, ()))
+        callee = _callee(binding.value)
+        if callee is not None:
+            sites.setdefault(callee, []).append(names.get(binding.var, ()))
     return sites
+
+
+def _callee(value) -> str | None:
+    op = getattr(getattr(value, "op", None), "name", "") if isinstance(value, relax.Call) else ""
+    if op == "relax.call_tir":
+        return value.args[0].name_hint
+    if op == "relax.call_dps_packed" and isinstance(value.args[0], relax.ExternFunc):
+        return str(value.args[0].global_symbol)
+    if op == "relax.call_py_func":
+        return str(value.args[0].value)
+    return None
 
 
 def _bindings(func: relax.Function) -> list:
@@ -228,8 +245,20 @@ def describe_kernel(sites: KernelSites, kernel: str, site_of=None) -> str:
         return f"kernel `{kernel}`"
     function, bindings = calls[0]
     which = f"bindings {', '.join(bindings)}" if len(bindings) > 1 else f"binding {bindings[0]}"
-    more = f"; {len(calls) - 1} more call site(s)" if len(calls) > 1 else ""
+    others = len(calls) - 1
+    more = f"; {others} more call site{'s' * (others > 1)}" if others else ""
     where = next(
         (str(s) for s in (site_of(function, b) if site_of else None for b in bindings) if s), ""
     )
     return f"kernel `{kernel}` ({which} of `{function}`{f', from {where}' if where else ''}{more})"
+
+
+def site_cells(calls: list[tuple[str, ...]], site_of) -> tuple[str, str]:
+    """A table row's `bindings` and `where` for a kernel's call sites: the first site's bindings
+    (`lv28, lv29 (+7 sites)`) and where they came from (`site_of(binding)`, a `SourceSite`)."""
+    if not calls:
+        return "", ""
+    first = ", ".join(calls[0]) or "?"
+    more = len(calls) - 1
+    bindings = first + (f" (+{more} site{'s' * (more > 1)})" if more else "")
+    return bindings, where_of(site_of(b) for site in calls for b in site)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import tvm
@@ -18,7 +19,9 @@ from tvm import relax
 
 from ..errors import CallError
 from .cells import PRIMFUNC, RELAX
+from .kernel_sites import site_cells
 from .offload import PREFIX, torch_calls
+from .tables import text_table
 
 if TYPE_CHECKING:
     from .live_module import LiveModule
@@ -41,11 +44,11 @@ def lowered_relax(linked, fn: str) -> str:
     )
 
 
-def run_order(linked, fn: str) -> list[str]:
+def run_order(linked, fn: str, pyfuncs: Mapping[str, str] | None = None) -> list[str]:
     """What the lowered Relax function `fn` runs, in order: its kernels (each once, as
-    `kernels_of`) and, with --offload torch, each of its PyTorch calls (`torch.linear`...)."""
-    if not torch_calls(linked.lowered[fn]):
-        return kernels_of(linked, fn)
+    `kernels_of`), each of its PyTorch calls with --offload torch (`torch.linear`...), and the
+    pyfuncs it calls (`pyfuncs`: the names its call sites are registered under -> the pyfunc)."""
+    pyfuncs = pyfuncs or {}
     order: list[str] = []
 
     def visit(node) -> None:
@@ -54,9 +57,49 @@ def run_order(linked, fn: str) -> list[str]:
                 order.append(node.name_hint)
         elif isinstance(node, relax.ExternFunc) and node.global_symbol.startswith(PREFIX):
             order.append(node.global_symbol.removeprefix(PREFIX))
+        elif isinstance(node, tvm.ir.StringImm) and node.value in pyfuncs:
+            order.append(pyfuncs[node.value])
 
     relax.analysis.post_order_visit(linked.lowered[fn], visit)
-    return order
+    return list(dict.fromkeys(order))
+
+
+class KernelList(list):
+    """`NAME.kernels("fn")`: the names of what `fn` runs, in order (a list), shown as a table:
+    each kernel, its call sites, the bindings of `fn` it computes, and where in the model's
+    code they came from (for a function from `add_torch`)."""
+
+    def __init__(self, function: str, names: list[str], rows: list[tuple[str, str, str, str]]):
+        super().__init__(names)
+        self.function = function
+        self._rows = rows
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """`(kernel, calls, bindings, where)` for each name."""
+        return list(self._rows)
+
+    def __repr__(self) -> str:
+        header = ("kernel", "calls", "bindings", "where")
+        return f"{self.function} runs {len(self)} kernels\n" + text_table(header, self._rows)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(repr(self) if not cycle else "[...]")
+
+
+def kernel_list(linked, fn: str, pyfuncs: Mapping[str, str], site_of) -> KernelList:
+    """`run_order` as a `KernelList`, each row from the kernel's call sites (`linked.sites`) and
+    `site_of(binding)`."""
+    names = run_order(linked, fn, pyfuncs)
+    sites = linked.sites.of(fn)
+    by_name = {PREFIX + n: n for n in names} | {r: p for r, p in pyfuncs.items()}
+    calls: dict[str, list] = {}
+    for callee, call_sites in sites.items():
+        calls.setdefault(by_name.get(callee, callee), []).extend(call_sites)
+    rows = []
+    for name in names:
+        bindings, where = site_cells(calls.get(name, []), site_of)
+        rows.append((name, str(len(calls.get(name, [])) or ""), bindings, where))
+    return KernelList(fn, names, rows)
 
 
 def kernels_of(linked, fn: str) -> list[str]:
@@ -104,10 +147,14 @@ def lowered(live: LiveModule, fn: str) -> str:
     return lowered_relax(_linked(live, fn, "lowered"), fn)
 
 
-def kernels(live: LiveModule, fn: str) -> list[str]:
+def kernels(live: LiveModule, fn: str) -> KernelList:
     """The kernels (PrimFuncs) Relax function `fn` of `live` runs after the module's pipeline,
-    in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...)."""
-    return run_order(_linked(live, fn, "kernels"), fn)
+    in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...),
+    and the pyfuncs it calls. Shown as a table of kernel, calls, bindings and where."""
+    linked = _linked(live, fn, "kernels")
+    origin = live._torch_origins.get(fn)
+    site_of = origin.site if origin is not None else (lambda binding: None)
+    return kernel_list(linked, fn, live._compiler.bridge.names, site_of)
 
 
 def source(live: LiveModule, fn: str, fmt: str | None) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -92,3 +93,17 @@ def _module_path(path: str) -> str:
     or `encoder.layer[0]`)."""
     path = re.sub(r"^L\['self'\]\.?", "", str(path))
     return re.sub(r"\[(\d+)\]", r".\1", path)
+
+
+def where_of(sites: Iterable[SourceSite | None]) -> str:
+    """One cell of a table for several bindings (a kernel's): the first one's `short()`, and how
+    many other places in the model's code the rest came from."""
+    known = list(dict.fromkeys(s for s in sites if s is not None))
+    if not known:
+        return ""
+    more = len({_place(s) for s in known[1:]} - {_place(known[0])})
+    return known[0].short() + (f" (+{more} more)" if more else "")
+
+
+def _place(site: SourceSite) -> tuple[str, str, int]:
+    return site.path, site.file, site.line
