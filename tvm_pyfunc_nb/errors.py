@@ -160,6 +160,11 @@ def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
     return text
 
 
+# What TVM's C++ side warns about code its own legalization wrote (every imported transformer
+# has a `take` in fast mode and a `pow`): nothing a user can act on
+TVM_NOTES = ("Fast mode segfaults when there are out-of-bounds indices", "Detected pow(x, y)")
+
+
 @contextlib.contextmanager
 def native_stderr_silenced() -> Iterator[None]:
     """Nothing TVM's C++ side writes to stderr (fd 2) reaches the notebook meanwhile.

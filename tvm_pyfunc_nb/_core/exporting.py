@@ -25,7 +25,7 @@ import numpy as np
 import tvm
 
 from .._version import __version__
-from ..errors import CallError, CompileError, last_reason
+from ..errors import TVM_NOTES, CallError, CompileError, last_reason
 from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compile_cache import export_library as write_library
@@ -62,13 +62,37 @@ EXAMPLE = {example!r}  # (function, arguments, expected outputs), as .npz in bas
 
 def load(device=None):
     """`{name}` compiled for `device` (the CPU by default), its pyfuncs callable from Relax."""
-    module = {name}(device or tvm.cpu())
+    with _without_tvm_notes():
+        module = {name}(device or tvm.cpu())
     single = module._convert_single_tvm_to_pytorch
     module._convert_tvm_to_pytorch = lambda out: _to_torch(out, single)
     register = tvm.get_global_func("vm.builtin.register_py_func")
     for pyfunc in PYFUNCS:
         register(pyfunc, _called_from_relax(getattr(module, pyfunc)))
     return module
+
+
+# What TVM's C++ side says while it compiles code it wrote itself (a `take` in fast mode, a
+# `pow` with a large exponent): nothing a reader of this file can act on
+TVM_NOTES = {notes!r}
+
+
+@contextlib.contextmanager
+def _without_tvm_notes():
+    """What TVM writes to stderr meanwhile, but for the lines holding one of TVM_NOTES."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            said = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(s for s in said if not any(n in s for n in TVM_NOTES)))
+            sys.stderr.flush()
 
 
 def _to_torch(out, single):
@@ -142,8 +166,11 @@ def python_file(
         "",
         "import atexit",
         "import base64",
+        "import contextlib",
         "import io",
+        "import os",
         "import sys",
+        "import tempfile",
         "import types",
         "",
         "import ml_dtypes",
@@ -169,7 +196,9 @@ def python_file(
             _npz({f"a{i}": o for i, o in enumerate(outputs)}),
         )
     body = script.replace("from __future__ import annotations\n", "")
-    runtime = _RUNTIME.format(name=name, pyfuncs=list(pyfuncs), example=encoded)
+    runtime = _RUNTIME.format(
+        name=name, pyfuncs=list(pyfuncs), example=encoded, notes=list(TVM_NOTES)
+    )
     return "from __future__ import annotations\n\n" + "\n".join(header) + "\n" + body + runtime
 
 

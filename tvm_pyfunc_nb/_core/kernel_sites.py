@@ -139,6 +139,8 @@ def _through_fusion(before: tvm.IRModule, name: str, previous, names: dict) -> d
             if isinstance(output, relax.Var):
                 stage.stands_for[binding.var] = output
             now[binding.var] = tuple(n for var in matched for n in names.get(var, ()))
+        elif isinstance(value, relax.Var):  # `gv = lv`: later passes may bind the call to `gv`
+            now[binding.var] = (*now.get(value, ()), *names.get(binding.var, ()))
         else:
             stage.match(binding, {})
             now[binding.var] = names.get(binding.var, ())
@@ -238,8 +240,8 @@ def _bindings(func: relax.Function) -> list:
 
 def describe_kernel(sites: KernelSites, kernel: str, site_of=None) -> str:
     """`kernel `fused_conv1d_add_gelu` (bindings lv3, lv4, lv5 of `main`, from conv1 (Conv1d),
-    modeling_whisper.py:612: ...)`: the kernel, the bindings of its first call site, and where
-    the first of them came from (`site_of(function, binding)`, e.g. a model's source line)."""
+    modeling_whisper.py:612: ...)`: the kernel, the bindings of its first call site, and the
+    places in the model's code they came from (`site_of(function, binding)`)."""
     calls = sites.kernel_of(kernel)
     if not calls:
         return f"kernel `{kernel}`"
@@ -247,10 +249,15 @@ def describe_kernel(sites: KernelSites, kernel: str, site_of=None) -> str:
     which = f"bindings {', '.join(bindings)}" if len(bindings) > 1 else f"binding {bindings[0]}"
     others = len(calls) - 1
     more = f"; {others} more call site{'s' * (others > 1)}" if others else ""
-    where = next(
-        (str(s) for s in (site_of(function, b) if site_of else None for b in bindings) if s), ""
+    found = (site_of(function, b) for b in bindings) if site_of else ()
+    places = list(dict.fromkeys(str(s) for s in found if s))
+    where = "; ".join(places[:MAX_PLACES]) + (
+        f"; +{len(places) - MAX_PLACES} more" if len(places) > MAX_PLACES else ""
     )
     return f"kernel `{kernel}` ({which} of `{function}`{f', from {where}' if where else ''}{more})"
+
+
+MAX_PLACES = 3  # places in the model's code a message names for one kernel
 
 
 def site_cells(calls: list[tuple[str, ...]], site_of) -> tuple[str, str]:

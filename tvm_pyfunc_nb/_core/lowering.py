@@ -80,7 +80,8 @@ class KernelList(list):
 
     def __repr__(self) -> str:
         header = ("kernel", "calls", "bindings", "where")
-        return f"{self.function} runs {len(self)} kernels\n" + text_table(header, self._rows)
+        what = f"{len(self)} kernel{'s' * (len(self) != 1)}"
+        return f"{self.function} runs {what}\n" + text_table(header, self._rows)
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:
         printer.text(repr(self) if not cycle else "[...]")
