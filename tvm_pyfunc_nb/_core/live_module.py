@@ -151,7 +151,9 @@ class LiveModule(UpstreamInterface):
 
     def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
         """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
-        through `torch.export`; `compare(name, model, ...)` then goes op by op."""
+        through `torch.export`; `compare(name, model, ...)` then goes op by op, and rows say
+        where each binding came from. An op TVM's importer cannot translate runs as a PyTorch
+        call: a pyfunc (`<name>_<op>`) added with it; the import says which."""
         imported = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
         by = f"{self.name}.add_torch({type(model).__name__})"
         result = self._add(imported.functions, None, by, imported.notes)
@@ -297,9 +299,10 @@ class LiveModule(UpstreamInterface):
         after TIR lowering."""
         return lowering.lowered(self, fn)
 
-    def kernels(self, fn: str) -> list[str]:
+    def kernels(self, fn: str) -> lowering.KernelList:
         """The kernels Relax function `fn` runs after the pipeline, in order (with --offload
-        torch, its PyTorch calls too)."""
+        torch, its PyTorch calls too; the pyfuncs it calls): a list, shown as a table of the
+        bindings each kernel computes and where in the model's code they came from."""
         return lowering.kernels(self, fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:
