@@ -25,6 +25,7 @@ from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
 
 from ..errors import reason_sentence
+from .crash_guards import LOWER_SBLOCKS
 
 ROWS_PER_TILE = 4
 VECTORS_PER_TILE = 4
@@ -74,17 +75,7 @@ def checked_schedule_of(func, lanes: int) -> tuple[s_tir.Schedule | None, str]:
 
 # What a schedule can break, seen without generating code (under a millisecond a kernel): where
 # buffers are allocated, how blocks become loops (TIR's lowering, first passes).
-_LOWERS_CHECK = tvm.transform.Sequential(
-    [
-        s_tir.transform.LowerInitBlock(),
-        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir.transform.ConvertBlocksToOpaque(),
-        s_tir.transform.CompactBufferAllocation(),
-        s_tir.transform.LowerMatchBuffer(),
-        s_tir.transform.LowerOpaqueBlock(),
-        tirx.transform.FlattenBuffer(),
-    ]
-)
+_LOWERS_CHECK = tvm.transform.Sequential([LOWER_SBLOCKS, tirx.transform.FlattenBuffer()])
 
 
 def _made_of_blocks(func: tirx.PrimFunc) -> bool:

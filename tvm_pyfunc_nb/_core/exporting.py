@@ -16,6 +16,7 @@ query_imports=True)`). Relax functions that call pyfuncs cannot go in it.
 from __future__ import annotations
 
 import base64
+import inspect
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import numpy as np
 import tvm
 
 from .._version import __version__
-from ..errors import TVM_NOTES, CallError, CompileError, last_reason
+from ..errors import TVM_NOTES, CallError, CompileError, last_reason, native_stderr_without
 from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .compile_cache import export_library as write_library
@@ -62,7 +63,7 @@ EXAMPLE = {example!r}  # (function, arguments, expected outputs), as .npz in bas
 
 def load(device=None):
     """`{name}` compiled for `device` (the CPU by default), its pyfuncs callable from Relax."""
-    with _without_tvm_notes():
+    with native_stderr_without(*TVM_NOTES):
         module = {name}(device or tvm.cpu())
     single = module._convert_single_tvm_to_pytorch
     module._convert_tvm_to_pytorch = lambda out: _to_torch(out, single)
@@ -77,23 +78,7 @@ def load(device=None):
 TVM_NOTES = {notes!r}
 
 
-@contextlib.contextmanager
-def _without_tvm_notes():
-    """What TVM writes to stderr meanwhile, but for the lines holding one of TVM_NOTES."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        try:
-            os.dup2(captured.fileno(), 2)
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            said = captured.read().decode(errors="replace").splitlines(keepends=True)
-            sys.stderr.write("".join(s for s in said if not any(n in s for n in TVM_NOTES)))
-            sys.stderr.flush()
-
+{without}
 
 def _to_torch(out, single):
     """A Relax function's result in torch, a tuple of outputs as a list: upstream's conversion
@@ -197,7 +182,11 @@ def python_file(
         )
     body = script.replace("from __future__ import annotations\n", "")
     runtime = _RUNTIME.format(
-        name=name, pyfuncs=list(pyfuncs), example=encoded, notes=list(TVM_NOTES)
+        name=name,
+        pyfuncs=list(pyfuncs),
+        example=encoded,
+        notes=list(TVM_NOTES),
+        without=inspect.getsource(native_stderr_without),  # the package's own, as it is
     )
     return "from __future__ import annotations\n\n" + "\n".join(header) + "\n" + body + runtime
 
