@@ -345,3 +345,29 @@ def test_a_model_returning_a_value_tvm_has_no_dtype_for_says_so_at_import(shell)
         "value to the rest of the model, and TVM has no such dtype"
     )
     assert m.functions == {}
+
+
+def test_an_op_tvm_cannot_import_runs_as_a_pytorch_call_at_any_dynamic_size(shell):
+    from real_models import UNSUPPORTED
+
+    model, (x,) = UNSUPPORTED["buckets"].build()
+    m = module(shell)
+    m.add_torch(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", max=16)},))
+    for rows in (2, 5):
+        x = torch.randn(rows, 6)
+        with torch.no_grad():
+            assert torch.equal(m.main(x), model(x))
+
+
+class Distinct(torch.nn.Module):
+    def forward(self, x):
+        return torch.unique(x) * 2
+
+
+def test_an_op_whose_size_depends_on_the_data_fails_at_import_saying_so(shell):
+    m = module(shell)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(Distinct(), (torch.tensor([1.0, 2.0, 2.0]),))
+    message = str(info.value)
+    assert message.startswith("Distinct cannot come in: node `_unique2` (aten._unique2.default)")
+    assert "(it depends on the data)" in message

@@ -145,6 +145,22 @@ def _connect(region: Region, model: str) -> None:
                 f"TVM's importer cannot translate, reads `{node.name}`, which is not a tensor, "
                 "so it cannot run as a PyTorch call either"
             )
+    known = {_size_name(d) for n in region.inputs for d in n.meta["val"].shape}
+    for node in region.outputs:
+        for value in _tensors(node.meta.get("val")):
+            unknown = [str(d) for d in value.shape if not isinstance(d, int)]
+            unknown = [d for d in unknown if d not in known]
+            if unknown:
+                raise ModelImportError(
+                    f"{model} cannot come in: node `{node.name}` ({node.target}), which TVM's "
+                    f"importer cannot translate, gives a value of size {', '.join(unknown)}, "
+                    "which its inputs' sizes do not tell (it depends on the data), and a PyTorch "
+                    "call inside TVM must say its size before it runs"
+                )
+
+
+def _size_name(size) -> str | None:
+    return None if isinstance(size, int) else str(size)
 
 
 def _holdable(node) -> bool:
@@ -300,18 +316,10 @@ def _size_vars(args: list) -> dict[str, tvm.tirx.Var]:
 
 
 def _tensor_type(importer, value: torch.Tensor, sizes: dict) -> relax.TensorType:
-    """The type of a fake tensor: its shape where each size is a number or a size the inputs
-    have, else only its rank (TVM then learns the shape when the call returns)."""
-    dtype = importer._convert_data_type(value.dtype)
-    dims = []
-    for size in value.shape:
-        if isinstance(size, int):
-            dims.append(size)
-        elif str(size.node.expr) in sizes:
-            dims.append(sizes[str(size.node.expr)])
-        else:
-            return relax.TensorType(dtype=dtype, ndim=value.dim())
-    return relax.TensorType(dims, dtype)
+    """The type of a fake tensor: each size a number or a size of the inputs (`_connect` made
+    sure of that)."""
+    dims = [size if isinstance(size, int) else sizes[str(size)] for size in value.shape]
+    return relax.TensorType(dims, importer._convert_data_type(value.dtype))
 
 
 def pyfunc_externs(found: Fallbacks) -> dict[str, relax.ExternFunc]:
