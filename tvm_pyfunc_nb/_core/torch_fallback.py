@@ -56,9 +56,9 @@ class Fallbacks:
     def notice(self, function: str) -> str:
         """`main runs 2 ops TVM's importer cannot translate as PyTorch calls: ...`"""
         counts = Counter(r.op for r in self.regions)
-        pyfuncs: dict[str, dict[str, None]] = {}
+        pyfuncs: dict[str, list[str]] = {}
         for region in self.regions:
-            pyfuncs.setdefault(region.op, {})[region.pyfunc] = None
+            pyfuncs.setdefault(region.op, []).append(region.pyfunc)
         ops = "; ".join(f"{op} ×{n} (pyfunc {', '.join(pyfuncs[op])})" for op, n in counts.items())
         what = "an op" if len(counts) == 1 else f"{len(counts)} ops"
         return f"{function} runs {what} TVM's importer cannot translate as PyTorch calls: {ops}"
@@ -85,15 +85,10 @@ def fallbacks(exported, convert_map: dict, function: str, model: str) -> Fallbac
             taken.update(region.nodes)
             regions.append(region)
     sources: dict[str, str] = {}
-    by_text: dict[str, str] = {}
     for region in regions:
         _connect(region, model)
-        text = _body(region)
-        if text not in by_text:
-            name = _pyfunc_name(function, region, sources)
-            by_text[text] = name
-            sources[name] = _pyfunc_source(name, function, region, text)
-        region.pyfunc = by_text[text]
+        region.pyfunc = _pyfunc_name(function, region, sources)
+        sources[region.pyfunc] = _pyfunc_source(region.pyfunc, function, region)
     return Fallbacks(regions, sources)
 
 
@@ -145,7 +140,7 @@ def _connect(region: Region, model: str) -> None:
                 f"TVM's importer cannot translate, reads `{node.name}`, which is not a tensor, "
                 "so it cannot run as a PyTorch call either"
             )
-    known = {_size_name(d) for n in region.inputs for d in n.meta["val"].shape}
+    known = {str(d) for n in region.inputs for d in n.meta["val"].shape if not isinstance(d, int)}
     for node in region.outputs:
         for value in _tensors(node.meta.get("val")):
             unknown = [str(d) for d in value.shape if not isinstance(d, int)]
@@ -157,10 +152,6 @@ def _connect(region: Region, model: str) -> None:
                     "which its inputs' sizes do not tell (it depends on the data), and a PyTorch "
                     "call inside TVM must say its size before it runs"
                 )
-
-
-def _size_name(size) -> str | None:
-    return None if isinstance(size, int) else str(size)
 
 
 def _holdable(node) -> bool:
@@ -226,10 +217,10 @@ def _returned(node, names: dict) -> str:
     return names[node]
 
 
-def _pyfunc_source(name: str, function: str, region: Region, body: str) -> str:
+def _pyfunc_source(name: str, function: str, region: Region) -> str:
     readers = ", ".join(dict.fromkeys(str(n.target) for n in region.nodes[1:]))
     also = f" (and what reads its value, which TVM cannot hold: {readers})" if readers else ""
-    signature, rest = body.split("\n", 1)
+    signature, rest = _body(region).split("\n", 1)
     doc = f"`{function}`'s {region.op}{also}, run by PyTorch: TVM's importer cannot translate it."
     return f'@I.pyfunc\ndef {name}{signature}\n    """{doc}"""\n{rest}'
 
