@@ -107,7 +107,7 @@ def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from
     live, model, x = net
     trace = live.trace("main", x)
     assert trace.header()[-1] == "where"
-    where = {row[0]: row[-1] for row in trace.rows()}
+    where = {row[0]: row[-1] for row in trace.table_rows()}
     fc1 = f"encoder.0.fc1 · {line(Block, 'hidden = self.fc1(x)')}"
     assert fc1 in where.values()
     assert f"encoder.0.act · {line(Block, 'self.fc2(self.act(hidden))')}" in where.values()
@@ -117,7 +117,7 @@ def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from
 
     comparison = live.compare("main", model, x)
     assert comparison.op_header()[-1] == "where"
-    assert all(row[-1] for row in comparison.op_rows() if row[0] != "gv")
+    assert all(row[-1] for row in comparison.op_table_rows() if row[0] != "gv")
     assert fc1 in repr(comparison)
 
 

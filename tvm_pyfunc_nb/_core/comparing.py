@@ -150,38 +150,45 @@ class Comparison:
             for which, d in zip(names, self.outputs, strict=True)
         ]
 
-    def _sited(self) -> bool:
-        return any(c.node is not None and c.node.site is not None for c in self.ops or ())
-
-    def op_header(self) -> tuple[str, ...]:
-        header = ("binding", "op", "PyTorch", "max abs", "max rel", "")
-        return header + (("where",) if self._sited() else ())
-
-    def op_rows(self) -> list[tuple[str, ...]]:
-        """A row per binding: its op, the PyTorch node, the errors and the verdict, and where in
-        the model's code the node was made."""
+    def op_rows(self) -> list[tuple[str, str, str, str, str, str]]:
+        """A row per binding: its op, the PyTorch node, the errors and the verdict."""
         rows = []
-        sited = self._sited()
         for check in self.ops or ():
             node = check.node
             torch_op = f"{node.node} ({node.op})" if node else "no PyTorch counterpart"
             if check.diff is None:
                 verdict = f"part of {node.node}, no value of its own" if node else "not compared"
-                row = (check.binding, check.op, torch_op, "", "", verdict)
+                rows.append((check.binding, check.op, torch_op, "", "", verdict))
             else:
                 d = check.diff
-                row = (
-                    check.binding,
-                    check.op,
-                    torch_op,
-                    _number(d.max_abs),
-                    _number(d.max_rel),
-                    ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
+                rows.append(
+                    (
+                        check.binding,
+                        check.op,
+                        torch_op,
+                        _number(d.max_abs),
+                        _number(d.max_rel),
+                        ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else ""),
+                    )
                 )
-            if sited:
-                row += (node.site.short() if node is not None and node.site else "",)
-            rows.append(row)
         return rows
+
+    def _sited(self) -> bool:
+        return any(c.node is not None and c.node.site is not None for c in self.ops or ())
+
+    def op_header(self) -> tuple[str, ...]:
+        """The op table's columns: `op_rows()`'s, and `where` when the nodes say it."""
+        header = ("binding", "op", "PyTorch", "max abs", "max rel", "")
+        return header + (("where",) if self._sited() else ())
+
+    def op_table_rows(self) -> list[tuple[str, ...]]:
+        """`op_rows()`, each with where in the model's code its node was made."""
+        if not self._sited():
+            return self.op_rows()
+        return [
+            (*row, c.node.site.short() if c.node is not None and c.node.site else "")
+            for row, c in zip(self.op_rows(), self.ops, strict=True)
+        ]
 
     def verdict(self) -> str:
         """One line that agrees with the tables: whether the outputs match, and where the
@@ -223,7 +230,7 @@ class Comparison:
             lines += [
                 "",
                 f"op by op: {compared} of {len(self.ops)} bindings have a PyTorch value",
-                text_table(self.op_header(), self.op_rows()),
+                text_table(self.op_header(), self.op_table_rows()),
             ]
         elif self.why_not_op_by_op:
             lines.append(self.why_not_op_by_op)

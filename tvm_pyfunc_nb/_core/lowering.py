@@ -61,13 +61,15 @@ def run_order(linked, fn: str, pyfuncs: Mapping[str, str] | None = None) -> list
             order.append(pyfuncs[node.value])
 
     relax.analysis.post_order_visit(linked.lowered[fn], visit)
-    return list(dict.fromkeys(order))
+    return order
 
 
 class KernelList(list):
-    """`NAME.kernels("fn")`: the names of what `fn` runs, in order (a list), shown as a table:
-    each kernel, its call sites, the bindings of `fn` it computes, and where in the model's
-    code they came from (for a function from `add_torch`)."""
+    """`NAME.kernels("fn")`: the names of what `fn` runs, in order, a list (printed as one);
+    shown as a table in a notebook: each kernel, its call sites, the bindings of `fn` it
+    computes, and where in the model's code they came from (for a function from `add_torch`)."""
+
+    header = ("kernel", "calls", "bindings", "where")
 
     def __init__(self, function: str, names: list[str], rows: list[tuple[str, str, str, str]]):
         super().__init__(names)
@@ -78,28 +80,33 @@ class KernelList(list):
         """`(kernel, calls, bindings, where)` for each name."""
         return list(self._rows)
 
-    def __repr__(self) -> str:
-        header = ("kernel", "calls", "bindings", "where")
-        what = f"{len(self)} kernel{'s' * (len(self) != 1)}"
-        return f"{self.function} runs {what}\n" + text_table(header, self._rows)
+    def count_text(self) -> str:
+        return f"{len(self)} kernel{'s' * (len(self) != 1)}"
+
+    def table(self) -> str:
+        return f"{self.function} runs {self.count_text()}\n" + text_table(self.header, self._rows)
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:
-        printer.text(repr(self) if not cycle else "[...]")
+        printer.text(self.table() if not cycle else "[...]")
 
 
 def kernel_list(linked, fn: str, pyfuncs: Mapping[str, str], site_of) -> KernelList:
     """`run_order` as a `KernelList`, each row from the kernel's call sites (`linked.sites`) and
     `site_of(binding)`."""
     names = run_order(linked, fn, pyfuncs)
-    sites = linked.sites.of(fn)
-    by_name = {PREFIX + n: n for n in names} | {r: p for r, p in pyfuncs.items()}
+    by_name = {PREFIX + n: n for n in names} | dict(pyfuncs)
     calls: dict[str, list] = {}
-    for callee, call_sites in sites.items():
+    for callee, call_sites in linked.sites.of(fn).items():
         calls.setdefault(by_name.get(callee, callee), []).extend(call_sites)
+    seen: dict[str, int] = {}
     rows = []
     for name in names:
-        bindings, where = site_cells(calls.get(name, []), site_of)
-        rows.append((name, str(len(calls.get(name, [])) or ""), bindings, where))
+        sites = calls.get(name, [])
+        if names.count(name) > 1:  # a PyTorch call or pyfunc, a row per call: its own site
+            k = seen[name] = seen.get(name, -1) + 1
+            sites = sites[k : k + 1]
+        bindings, where = site_cells(sites, site_of)
+        rows.append((name, str(len(sites) or ""), bindings, where))
     return KernelList(fn, names, rows)
 
 

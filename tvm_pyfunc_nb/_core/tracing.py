@@ -117,26 +117,31 @@ class Trace(Mapping[str, torch.Tensor]):
     def __len__(self) -> int:
         return len(self._by_name)
 
+    def rows(self) -> list[tuple[str, str, str, str, str]]:
+        """`(binding, op, shape, dtype, "min / max / mean")` for each intermediate."""
+        return [
+            (v.name, v.op, str(list(v.value.shape)), _dtype(v.value), summary(v.value))
+            for v in self.intermediates
+        ]
+
     def header(self) -> tuple[str, ...]:
+        """The table's columns: `rows()`'s, and `where` for a function from `add_torch`."""
         return ("binding", "op", "shape", "dtype", "min / max / mean") + (
             ("where",) if self.where else ()
         )
 
-    def rows(self) -> list[tuple[str, ...]]:
-        """`(binding, op, shape, dtype, "min / max / mean")` for each intermediate, and where it
-        came from (`layer.0.attention.self.query · modeling_bert.py:312`) for an import."""
-        rows = []
-        for v in self.intermediates:
-            row = (v.name, v.op, str(list(v.value.shape)), _dtype(v.value), summary(v.value))
-            if self.where:
-                site = self.where.get(v.name)
-                row += (site.short() if site else "",)
-            rows.append(row)
-        return rows
+    def table_rows(self) -> list[tuple[str, ...]]:
+        """`rows()`, each with where its binding came from in the model's code
+        (`layer.0.attention.self.query · modeling_bert.py:312`) for a function from `add_torch`."""
+        if not self.where:
+            return self.rows()
+        return [
+            (*row, site.short() if (site := self.where.get(row[0])) else "") for row in self.rows()
+        ]
 
     def __repr__(self) -> str:
         return f"trace of {self.function}: {len(self)} intermediates\n" + text_table(
-            self.header(), self.rows()
+            self.header(), self.table_rows()
         )
 
 
