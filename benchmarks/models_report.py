@@ -217,7 +217,7 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def report(rows: list[dict], options: str, seconds: float) -> str:
+def report(rows: list[dict], options: str, seconds: float, load: str) -> str:
     ok = sum(all(row.get(s) in ("ok", NOT_YET) for s in STEPS) for row in rows)
     cells = [row.get(s, "") for row in rows for s in STEPS]
     return "\n".join(
@@ -226,7 +226,8 @@ def report(rows: list[dict], options: str, seconds: float) -> str:
             "",
             f"- {platform.machine()}, Python {platform.python_version()}, apache-tvm "
             f"{tvm.__version__}, torch {torch.__version__}, "
-            f"tvm_pyfunc_nb {tvm_pyfunc_nb.__version__}",
+            f"tvm_pyfunc_nb {tvm_pyfunc_nb.__version__}; {os.cpu_count()} cores, load average "
+            f"{load} at start (the seconds are wall time, each model's steps together)",
             f"- options: `{options or 'none'}`; {len(rows)} models, {ok} through every step; "
             f"{sum(c.startswith('failed') for c in cells)} failed steps; {seconds:.0f} s",
             "- each model from a tiny config with random weights (`tests/real_models.py`); "
@@ -248,7 +249,7 @@ def main(argv: list[str]) -> int:
     unknown = [m for m in given.models if m not in CORPUS]
     if unknown:
         parser.error(f"unknown models {unknown}; known: {', '.join(CORPUS)}")
-    start = time.perf_counter()
+    start, load = time.perf_counter(), ", ".join(f"{x:.2f}" for x in os.getloadavg())
     shell = notebook_shell()
     rows: list[dict] = []
     exported: dict[str, str] = {}
@@ -257,7 +258,7 @@ def main(argv: list[str]) -> int:
             rows.append(measure(name, shell, given.options, workdir, exported))
             print(markdown(rows[-1:]).splitlines()[-1], flush=True)
         run_exports(exported, rows)
-    text = report(rows, given.options, time.perf_counter() - start)
+    text = report(rows, given.options, time.perf_counter() - start, load)
     print()
     print(text)
     if not given.models:  # a partial run does not replace the corpus's table
