@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
 PORT   ?= 8888
 
-.PHONY: install lab run-notebooks notebooks lint test bench browser-deps clean
+.PHONY: install lab run-notebooks notebooks lint test bench models browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ test: lint browser-deps
 
 bench: install
 	$(BIN)/python benchmarks/run.py
+
+## Every model of the corpus (tests/real_models.py) through each step a user takes: a table of
+## model x step (import, call, compare, trace, edit, export, profile), in benchmarks/MODELS.md.
+## MODELS="bert swin" for some of them; OPTIONS="--offload torch" under other options.
+models: install
+	$(BIN)/python benchmarks/models_report.py $(MODELS) $(if $(OPTIONS),--options "$(OPTIONS)")
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -1,8 +1,12 @@
 """The models people bring, built small: Hugging Face ViT, BERT, GPT-2, Llama, ResNet and
 MobileNet from tiny configs with random weights (nothing downloaded), `torch.nn` LSTM and GRU,
-and two models with data-dependent control flow that `torch.export` cannot take.
+and two models with data-dependent control flow that `torch.export` cannot take (`ZOO`,
+`CONTROL_FLOW`); more families, Qwen2, Mistral, T5, Whisper, Swin, CLIP and ConvNeXt
+(`FAMILIES`); and small models around an op TVM's importer cannot translate (`UNSUPPORTED`:
+`torch.fft.rfft`, `torch.searchsorted`, `torch.cummax`, `torch.histc`).
 
-Shared by the real-model tests, tutorial 10 and `benchmarks/real_models.py`:
+Shared by the real-model tests, tutorial 10, `benchmarks/real_models.py` and
+`benchmarks/models_report.py` (`make models`):
 
     from real_models import ZOO
     model, args = ZOO["gpt2"].build()
@@ -118,6 +122,136 @@ def mobilenet() -> torch.nn.Module:
     return model
 
 
+def qwen2() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**TINY_TEXT, num_key_value_heads=1, use_cache=False)
+    return Qwen2ForCausalLM(config)
+
+
+def mistral() -> torch.nn.Module:
+    from transformers import MistralConfig, MistralForCausalLM
+
+    config = MistralConfig(**TINY_TEXT, num_key_value_heads=1, sliding_window=4, use_cache=False)
+    return MistralForCausalLM(config)
+
+
+def t5_encoder() -> torch.nn.Module:
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, use_cache=False
+    )
+    return T5EncoderModel(config)
+
+
+MEL_BINS, AUDIO_POSITIONS = 8, 16
+
+
+def whisper_encoder() -> torch.nn.Module:
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = WhisperConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        encoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        num_mel_bins=MEL_BINS,
+        max_source_positions=AUDIO_POSITIONS,
+        **dict.fromkeys(("pad_token_id", "bos_token_id", "eos_token_id"), 0),
+        decoder_start_token_id=0,
+    )
+    return WhisperEncoder(config)
+
+
+def audio() -> tuple[torch.Tensor]:
+    return (torch.randn(1, MEL_BINS, 2 * AUDIO_POSITIONS),)  # batch, mel bins, frames
+
+
+def swin() -> torch.nn.Module:
+    from transformers import SwinConfig, SwinForImageClassification
+
+    config = SwinConfig(
+        image_size=IMAGE,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+        num_labels=5,
+    )
+    return SwinForImageClassification(config)
+
+
+def clip_vision() -> torch.nn.Module:
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    config = {k: v for k, v in TINY_TEXT.items() if k in ("hidden_size", "num_hidden_layers")}
+    config.update(num_attention_heads=2, intermediate_size=64, image_size=IMAGE, patch_size=8)
+    return CLIPVisionModel(CLIPVisionConfig(**config))
+
+
+def clip_text() -> torch.nn.Module:
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    config = CLIPTextConfig(**TINY_TEXT, eos_token_id=VOCAB - 1, bos_token_id=0, pad_token_id=0)
+    return CLIPTextModel(config)
+
+
+def convnext() -> torch.nn.Module:
+    from transformers import ConvNextConfig, ConvNextForImageClassification
+
+    config = ConvNextConfig(
+        num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=5, image_size=IMAGE
+    )
+    return ConvNextForImageClassification(config)
+
+
+# -- ops TVM's importer cannot translate (they come in as PyTorch calls) ----------------------
+class Spectrum(torch.nn.Module):
+    """A linear layer over a signal's magnitude spectrum: `torch.fft.rfft`, complex in between."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(5, 3)
+
+    def forward(self, x):
+        return self.fc(torch.fft.rfft(x).abs())
+
+
+class Buckets(torch.nn.Module):
+    """An embedding of which bucket each value falls in: `torch.searchsorted`."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("edges", torch.linspace(-2, 2, 9))
+        self.embed = torch.nn.Embedding(10, 4)
+
+    def forward(self, x):
+        return self.embed(torch.searchsorted(self.edges, x))
+
+
+class RunningMax(torch.nn.Module):
+    """The running maximum of a layer's outputs, and where it was reached: `torch.cummax`."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        values, indices = torch.cummax(self.fc(x), dim=1)
+        return values * 2, indices
+
+
+class Histogram(torch.nn.Module):
+    """The share of values in each of five bins: `torch.histc`."""
+
+    def forward(self, x):
+        return torch.histc(x, bins=5, min=-2, max=2) / x.numel()
+
+
 # -- torch.nn recurrent layers ---------------------------------------------------------------
 class LastStep(torch.nn.Module):
     """A recurrent layer read at its last time step: `self.fc(out[:, -1])`."""
@@ -168,6 +302,37 @@ ZOO: dict[str, RealModel] = {
         RealModel("lstm", lambda: LastStep(torch.nn.LSTM), sequence),
         RealModel("gru", lambda: LastStep(torch.nn.GRU), sequence),
     )
+}
+
+FAMILIES: dict[str, RealModel] = {
+    m.name: m
+    for m in (
+        RealModel("qwen2", qwen2, tokens),
+        RealModel("mistral", mistral, tokens),
+        RealModel("t5_encoder", t5_encoder, tokens),
+        RealModel("whisper_encoder", whisper_encoder, audio),
+        RealModel("swin", swin, image),
+        RealModel("clip_vision", clip_vision, image),
+        RealModel("clip_text", clip_text, tokens),
+        RealModel("convnext", convnext, image),
+    )
+}
+
+UNSUPPORTED: dict[str, RealModel] = {
+    m.name: m
+    for m in (
+        RealModel("spectrum", Spectrum, lambda: (torch.randn(2, 8),)),
+        RealModel("buckets", Buckets, lambda: (torch.randn(2, 6),)),
+        RealModel("running_max", RunningMax, lambda: (torch.randn(2, 8),)),
+        RealModel("histogram", Histogram, lambda: (torch.randn(3, 8),)),
+    )
+}
+# The op of each that TVM 0.27's importer has no converter for
+UNSUPPORTED_OPS = {
+    "spectrum": "aten._fft_r2c.default",
+    "buckets": "aten.searchsorted.Tensor",
+    "running_max": "aten.cummax.default",
+    "histogram": "aten.histc.default",
 }
 
 CONTROL_FLOW: dict[str, RealModel] = {

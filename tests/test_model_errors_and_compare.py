@@ -322,3 +322,82 @@ def test_the_module_keeps_its_own_copy_of_the_weights(shell):
         model[0].weight.mul_(3.0)  # the model trains on, say
     assert torch.equal(shell.eval("m.main(x)"), before)  # imported weights are the module's own
     assert not shell.eval("m.compare('main', model, x)").passed  # and compare sees the drift
+
+
+class ZeroFirstColumn(torch.nn.Module):
+    """`h[:, 0] = 0.0`: an in-place slice write, which torch.export makes a `select`, then a
+    `copy` into it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h[:, 0] = 0.0
+        return h * 2
+
+
+def test_an_in_place_slice_write_compares_as_what_it_computes(shell):
+    """It was mapped to the `select` it writes into, whose value is the column before the write:
+    a false divergence of the whole column."""
+    torch.manual_seed(0)
+    model, x = ZeroFirstColumn().eval(), torch.randn(3, 4)
+    m = module(shell)
+    m.add_torch(model, (x,))
+    comparison = m.compare("main", model, x)
+    assert comparison.passed and comparison.first_divergence is None, repr(comparison)
+    nodes = {c.node.node: c for c in comparison.ops if c.node is not None and c.node.exact}
+    assert nodes["copy"].diff.max_abs == 0  # the written zeros
+    assert nodes["select"].diff.passed  # the column as it was before
+
+
+def test_an_example_input_that_is_a_view_imports(shell):
+    """A view makes torch.export add a size without an upper bound, which said it was finite."""
+    view = torch.linspace(0, 1, 10).reshape(2, 5)
+    assert view._base is not None
+    m = module(shell)
+    m.add_torch(Neighbours(), (view,))
+    assert torch.equal(m.main(view), view[:, 1:] + view[:, :-1])
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x)
+
+
+def test_a_model_returning_a_value_tvm_has_no_dtype_for_says_so_at_import(shell):
+    m = module(shell)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(Spectrum(), (torch.randn(2, 8),))
+    assert str(info.value) == (
+        "Spectrum cannot come in: node `_fft_r2c` (aten._fft_r2c.default) gives a complex64 "
+        "value to the rest of the model, and TVM has no such dtype"
+    )
+    assert m.functions == {}
+
+
+def test_an_op_tvm_cannot_import_runs_as_a_pytorch_call_at_any_dynamic_size(shell):
+    from real_models import UNSUPPORTED
+
+    model, (x,) = UNSUPPORTED["buckets"].build()
+    m = module(shell)
+    m.add_torch(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch", max=16)},))
+    for rows in (2, 5):
+        x = torch.randn(rows, 6)
+        with torch.no_grad():
+            assert torch.equal(m.main(x), model(x))
+
+
+class Distinct(torch.nn.Module):
+    def forward(self, x):
+        return torch.unique(x) * 2
+
+
+def test_an_op_whose_size_depends_on_the_data_fails_at_import_saying_so(shell):
+    m = module(shell)
+    with pytest.raises(ModelImportError) as info:
+        m.add_torch(Distinct(), (torch.tensor([1.0, 2.0, 2.0]),))
+    message = str(info.value)
+    assert message.startswith("Distinct cannot come in: node `_unique2` (aten._unique2.default)")
+    assert "(it depends on the data)" in message

@@ -327,3 +327,37 @@ def test_the_pytorch_side_writes_into_the_output_tvm_allocated():
     weight, out = torch.randn(6, 8), torch.empty(2, 3, 6)
     offload._linear_torch(a, weight, out)
     torch.testing.assert_close(out, F.linear(a, weight))
+
+
+CONV_GELU = """
+@R.function
+def conv_gelu(x: R.Tensor((1, 8, 32), "float32"), w: R.Tensor((16, 8, 3), "float32"),
+              b: R.Tensor((1, 16, 1), "float32")):
+    with R.dataflow():
+        y = R.nn.gelu(R.add(R.nn.conv1d(x, w, padding=1), b))
+        R.output(y)
+    return y
+"""
+
+
+def test_a_convolution_fused_with_a_gelu_is_scheduled_and_compiles(shell):
+    """GELU reads its input twice; folding both reads into the convolution's tile lost a buffer
+    ("Buffer T_add_intermediate is used before its definition", Whisper's first layer)."""
+    shell.cell("audio", CONV_GELU, options="--pipeline target")
+    x, w, b = torch.randn(1, 8, 32), torch.randn(16, 8, 3), torch.randn(1, 16, 1)
+    expected = F.gelu(F.conv1d(x, w, padding=1) + b)
+    assert torch.allclose(shell.ns["audio"].conv_gelu(x, w, b), expected, atol=1e-5)
+    assert shell.ns["audio"].kernels("conv_gelu") == ["fused_conv1d_add_gelu"]
+    assert "T.parallel" in shell.ns["audio"].lowered("conv_gelu")
+
+
+def test_whisper_encoder_compiles_with_offload(shell):
+    """Its first layer is the convolution and GELU above (--pipeline target fuses them too)."""
+    from real_models import FAMILIES
+
+    model, args = FAMILIES["whisper_encoder"].build()
+    with torch.no_grad():
+        expected = model(*args).last_hidden_state
+    live = shell.run("%tvmmodule whisper --offload torch")
+    live.add_torch(model, args)
+    assert torch.allclose(live.main(*args)[0], expected, atol=1e-5)

@@ -107,6 +107,10 @@ PRIVATE_READS_ALLOWED = {
     ("library_files", "lib._collect_dso_modules"),
     # a build worker whose parent is gone ends at once, without Python's clean-up
     ("child", "os._exit"),
+    # the class of ATen ops in an exported graph (torch has no public alias for it)
+    ("torch_fallback", "torch._ops"),
+    # TVM's importer's own torch -> TVM dtype table, so a PyTorch call's type matches its import
+    ("torch_fallback", "importer._convert_data_type"),
     # IPython's rich display protocol, on a widget of our own
     ("notebook_front_end", "module_view(live)._repr_mimebundle_"),
 }

@@ -116,6 +116,11 @@ class CompileCacheWarning(UserWarning):
     fails: the functions it would have served compile instead, tuning results stay in memory."""
 
 
+class ScheduleWarning(UserWarning):
+    """A kernel keeps TVM's default schedule: the CPU schedule written for its kind (a matmul, a
+    convolution, an element-wise chain) failed on it. Nothing fails; it runs as TVM made it."""
+
+
 def _compose(message: str, function: str | None, line: int | None) -> str:
     where = []
     if function:
@@ -211,6 +216,11 @@ def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
         cut = text.rfind(". ", 0, max_chars)
         text = text[: cut + 1] if cut > 0 else text[: max_chars - 3] + "..."
     return text
+
+
+# What TVM's C++ side warns about code its own legalization wrote (every imported transformer
+# has a `take` in fast mode and a `pow`): nothing a user can act on
+TVM_NOTES = ("Fast mode segfaults when there are out-of-bounds indices", "Detected pow(x, y)")
 
 
 @contextlib.contextmanager

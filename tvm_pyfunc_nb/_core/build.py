@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -30,6 +31,7 @@ from tvm.relax.vm_build import _vmcodegen
 from ..errors import (
     CallError,
     CompileError,
+    ScheduleWarning,
     TVMModuleError,
     last_reason,
     native_stderr_silenced,
@@ -41,6 +43,7 @@ from .cpu_schedules import schedule_kernels
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kept_builds import KeptBuilds
+from .kernel_sites import KernelSites, Recording, describe_kernel, recording
 from .offload import TORCH, check_offload, offload_to_torch
 from .options import TARGET_ENV, default_target
 from .tables import text_table
@@ -200,7 +203,13 @@ class Linked:
     lowered: tvm.IRModule  # after the Relax pipeline
     executable: object  # relax.VMExecutable's module, linked with the kernels' libraries
     kernels: dict[str, object]  # PrimFunc name -> its library
+    recorded: Recording | None = None  # what the pipeline did, for `sites`
     _vm: relax.VirtualMachine | None = None
+
+    @property
+    def sites(self) -> KernelSites:
+        """The bindings each kernel computes, by Relax function (kernel_sites.py)."""
+        return self.recorded.sites() if self.recorded is not None else KernelSites()
 
     def vm(self, device) -> relax.VirtualMachine:
         """The executable loaded on `device` (once): a `CallError` if it cannot run there."""
@@ -248,6 +257,10 @@ class Build:
         # schedules for the pipeline's kernels (tuned, DLight), applied to its output
         self.after_pipeline: Callable[[tvm.IRModule], tvm.IRModule] | None = None
         self.kept = KeptBuilds()  # what it built, in memory
+        # where a binding came from in the user's code (`site_of(function, binding)`), for what
+        # a compile says about a kernel: a model's module and source line
+        self.site_of: Callable[[str, str], object] | None = None
+        self._noticed: set[str] = set()  # kernels whose schedule fallback was said already
 
     # -- PrimFuncs -----------------------------------------------------------------
     def kernels(
@@ -439,26 +452,43 @@ class Build:
         mode, `pow` with a large exponent: every imported transformer has both) say nothing a
         user can act on, and would land in the cell's output at each compile: they are kept
         out of it."""
-        with self.target, native_stderr_silenced():
+        return self._lowered(mod, offload=offload, scheduled=scheduled)[0]
+
+    def _lowered(
+        self, mod: tvm.IRModule, *, offload: str | None = None, scheduled: bool = True
+    ) -> tuple[tvm.IRModule, Recording]:
+        """`lower`, and what the pipeline showed of the kernels it made (`Linked.sites`)."""
+        with self.target, native_stderr_silenced(), recording() as recorded:
             offloaded = offload_to_torch(mod) if (offload or self.offload) == TORCH else mod
             lowered = self.pipeline.make()(offloaded)
         if not scheduled:
-            return lowered
+            return lowered, recorded
         if self.after_pipeline is not None:
             lowered = self.after_pipeline(lowered)
         own = {gv.name_hint for gv, _ in _prim_funcs(mod)}
-        return schedule_kernels(lowered, self.target, keep=own)
+        lowered, failed = schedule_kernels(lowered, self.target, keep=own)
+        for kernel, why in failed.items():
+            if kernel not in self._noticed:
+                self._noticed.add(kernel)
+                what = describe_kernel(recorded.sites(), kernel, self.site_of)
+                warnings.warn(
+                    f"{what} keeps TVM's default schedule: the CPU schedule for its kind failed "
+                    f"on it ({why})",
+                    ScheduleWarning,
+                    stacklevel=2,
+                )
+        return lowered, recorded
 
     def _link(self, mod: tvm.IRModule, names: tuple[str, ...], use_cache: bool) -> Linked:
         start = time.perf_counter()
         try:
             with self._compiling("vm", names):
-                lowered = self.lower(mod)
+                lowered, recorded = self._lowered(mod)
             builder = relax.ExecBuilder()
             leftover = _vmcodegen(builder, lowered)
         except Exception as err:
             self._record("vm", names, start)
-            found = unlowered_binding(mod, err, self.target)
+            found = unlowered_binding(mod, err, self.target, self.site_of)
             if found is None:
                 raise CompileError(f"Relax lowering failed: {reason_sentence(err)}") from err
             raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
@@ -468,7 +498,7 @@ class Build:
         built = self._kernels(called, set(called), use_cache)
         for name, kernel in built.items():
             if isinstance(kernel.lib, CompileError):
-                raise _kernel_failure(mod, name, kernel.lib, self.target)
+                raise self._kernel_failure(mod, name, kernel.lib, recorded.sites())
         libraries = _link_order(built)
         if libraries is None:  # kept libraries disagree on a kernel both hold: build them anew
             built = self._build_together(called) or {
@@ -490,7 +520,7 @@ class Build:
             raise CompileError(f"Relax VM link failed: {last_reason(err)}") from err
         finally:
             self._record("vm", names, start)
-        return Linked(mod, lowered, exe, kernels)
+        return Linked(mod, lowered, exe, kernels, recorded)
 
     def _refuse_unbound_pipeline_kernels(self, mod: tvm.IRModule, names, called: dict) -> None:
         """On a GPU, kernels the pipeline made without thread bindings: the advice names the
@@ -506,6 +536,26 @@ class Build:
                 f'them with {self.module_name}.schedule("{names[0]}", "dlight") or use '
                 "--pipeline target"
             )
+
+    def _kernel_failure(
+        self, mod: tvm.IRModule, kernel: str, failed: CompileError, sites: KernelSites
+    ) -> CompileError:
+        """A kernel does not compile: one of `mod`'s own is named; one the pipeline made is named
+        with the Relax bindings it computes, as the user's text shows them, and where they came
+        from (a model's module and source line)."""
+        own = any(gv.name_hint == kernel for gv in mod.get_global_vars())
+        calls = [] if own else sites.kernel_of(kernel)
+        found = None if own else kernel_binding(mod, kernel, self.target, self.site_of)
+        if calls and (found is None or len(calls[0][1]) > 1):  # a fused kernel
+            what = describe_kernel(sites, kernel, self.site_of)
+            error = CompileError(f"{what} {failed.detail}", function=calls[0][0])
+        elif found is not None:
+            what = f"{found[1]} (kernel `{kernel}`)"
+            error = CompileError(f"{what} {failed.detail}", function=found[0])
+        else:
+            error = CompileError(failed.detail, function=kernel, about=failed.about)
+        error.__cause__ = failed.__cause__
+        return error
 
     # -- records -------------------------------------------------------------------
     def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
@@ -650,16 +700,3 @@ def _link_order(built: dict[str, _Built]) -> list | None:
         return [libraries[key].lib for key in order.static_order()]
     except CycleError:
         return None
-
-
-def _kernel_failure(mod: tvm.IRModule, kernel: str, failed: CompileError, target) -> CompileError:
-    """A kernel does not compile: one of `mod`'s own is named, one the pipeline made is named by
-    the Relax binding it came from, as the user's text shows it."""
-    own = any(gv.name_hint == kernel for gv in mod.get_global_vars())
-    found = None if own else kernel_binding(mod, kernel, target)
-    if found is None:
-        error = CompileError(failed.detail, function=kernel, about=failed.about)
-    else:
-        error = CompileError(f"{found[1]} {failed.detail}", function=found[0])
-    error.__cause__ = failed.__cause__
-    return error

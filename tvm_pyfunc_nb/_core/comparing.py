@@ -154,6 +154,7 @@ class Comparison:
         ]
 
     def op_rows(self) -> list[tuple[str, str, str, str, str, str]]:
+        """A row per binding: its op, the PyTorch node, the errors and the verdict."""
         rows = []
         for check in self.ops or ():
             node = check.node
@@ -166,20 +167,41 @@ class Comparison:
                 rows.append((check.binding, check.op, torch_op, *_errors(d), _judged(d)))
         return rows
 
+    def _sited(self) -> bool:
+        return any(c.node is not None and c.node.site is not None for c in self.ops or ())
+
+    def op_header(self) -> tuple[str, ...]:
+        """The op table's columns: `op_rows()`'s, and `where` when the nodes say it."""
+        header = ("binding", "op", "PyTorch", "max abs", "max rel", "")
+        return header + (("where",) if self._sited() else ())
+
+    def op_table_rows(self) -> list[tuple[str, ...]]:
+        """`op_rows()`, each with where in the model's code its node was made."""
+        if not self._sited():
+            return self.op_rows()
+        return [
+            (*row, c.node.site.short() if c.node is not None and c.node.site else "")
+            for row, c in zip(self.op_rows(), self.ops, strict=True)
+        ]
+
     def verdict(self) -> str:
         """One line that agrees with the tables: whether the outputs match, and where the
         numbers diverge first (with how to open that function)."""
         first = self.first_divergence
         if first is not None:
-            where = (
+            site = f" at {first.node.site}" if first.node.site else ""
+            which = (
                 f"`{first.binding}` = {first.op}, from PyTorch's {first.node.op} "
-                f"(node `{first.node.node}`): max abs error {_number(first.diff.max_abs)}"
+                f"(node `{first.node.node}`){site}"
+            )
+            error = (
+                f"max abs error {_number(first.diff.max_abs)}"
                 f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
             if self.passed:
-                return f"{self._within()}, but {where.replace(':', ' diverges:', 1)}"
-            return f"first divergence: {where}"
+                return f"{self._within()}, but {which} diverges: {error}"
+            return f"first divergence: {which}: {error}"
         if self.passed:
             return self._within()
         if self.ops is None:  # why not op by op is the line after the outputs
@@ -202,7 +224,7 @@ class Comparison:
             lines += [
                 "",
                 f"op by op: {compared} of {len(self.ops)} bindings have a PyTorch value",
-                text_table(("binding", "op", "PyTorch", "max abs", "max rel", ""), self.op_rows()),
+                text_table(self.op_header(), self.op_table_rows()),
             ]
         elif self.why_not_op_by_op:
             lines.append(self.why_not_op_by_op)

@@ -102,24 +102,30 @@ def pyfunc_entry(
     source: FunctionSource, key: object, filename: str, func: Callable, run: int = 0
 ) -> FunctionEntry:
     """The entry of a pyfunc: a Python function, an `ExternFunc` placeholder carrying its source."""
-    extern = relax.ExternFunc(source.name)
-    for attr, value in {
-        "is_pyfunc": True,
-        "function_type": "python",
-        "python_function_name": source.name,
-        "python_source": source.source,
-    }.items():
-        extern = extern.with_attr(attr, value)
     return FunctionEntry(
         source,
         key,
         filename,
         GlobalVar(source.name),
-        extern,
+        pyfunc_extern(source.name, source.source),
         func,
         takes_self(func),
         run or next_run(),
     )
+
+
+def pyfunc_extern(name: str, source: str) -> relax.ExternFunc:
+    """A pyfunc as an IRModule holds it (as `@I.pyfunc` makes it): an `ExternFunc` carrying its
+    source."""
+    extern = relax.ExternFunc(name)
+    for attr, value in {
+        "is_pyfunc": True,
+        "function_type": "python",
+        "python_function_name": name,
+        "python_source": source,
+    }.items():
+        extern = extern.with_attr(attr, value)
+    return extern
 
 
 def is_pyfunc_extern(func: Any) -> bool:

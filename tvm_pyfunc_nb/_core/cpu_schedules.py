@@ -24,33 +24,58 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
 
+from ..errors import reason_sentence
+from .crash_guards import LOWER_SBLOCKS
+
 ROWS_PER_TILE = 4
 VECTORS_PER_TILE = 4
 SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) too
 
 
-def schedule_kernels(mod: tvm.IRModule, target: tvm.target.Target, keep) -> tvm.IRModule:
+def schedule_kernels(
+    mod: tvm.IRModule, target: tvm.target.Target, keep
+) -> tuple[tvm.IRModule, dict[str, str]]:
     """`mod` with its matmul, convolution and element-wise kernels scheduled for the CPU `target`
     (`default_schedule_of`), except those named in `keep` (the module's own PrimFuncs) and those
-    already scheduled."""
+    already scheduled; and the kernels that keep TVM's default instead, since the schedule
+    written for their kind failed on them, with why (a notice, never a failed compile)."""
     if target.kind.name != "llvm":
-        return mod
+        return mod, {}
     lanes = vector_lanes(target)
-    updates = {}
+    updates, failed = {}, {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc) or gv.name_hint in keep:
             continue
         if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
             continue
-        sch = default_schedule_of(func, lanes)
+        sch, why = checked_schedule_of(func, lanes)
         if sch is not None:
             updates[gv] = sch.mod["main"].with_attr(SCHEDULED, True)
+        elif why:
+            failed[gv.name_hint] = why
     if not updates:
-        return mod
+        return mod, failed
     mod = mod.clone()  # the pipeline may hand back the module it was given: never change that
     for gv, func in updates.items():
         mod[gv] = func
-    return mod
+    return mod, failed
+
+
+def checked_schedule_of(func, lanes: int) -> tuple[s_tir.Schedule | None, str]:
+    """`default_schedule_of(func)` if it applies and what it makes lowers; else None, with TVM's
+    reason if it failed ("" if no schedule is written for what `func` computes)."""
+    try:
+        sch = default_schedule_of(func, lanes)
+        if sch is not None:
+            _LOWERS_CHECK(tvm.IRModule({"main": sch.mod["main"]}))
+    except Exception as err:  # TVM raises its own errors from any primitive or pass
+        return None, reason_sentence(err)
+    return sch, ""
+
+
+# What a schedule can break, seen without generating code (under a millisecond a kernel): where
+# buffers are allocated, how blocks become loops (TIR's lowering, first passes).
+_LOWERS_CHECK = tvm.transform.Sequential([LOWER_SBLOCKS, tirx.transform.FlattenBuffer()])
 
 
 def _made_of_blocks(func: tirx.PrimFunc) -> bool:
@@ -89,6 +114,8 @@ def matmul_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
     if reductions is None:
         return None
     block = reductions[0]
+    if not _multiply_accumulates(sch.get(block)):
+        return None
     axes = _matmul_axes(sch, block)
     if axes is None:
         return None
@@ -163,17 +190,44 @@ def _matmul_axes(sch: s_tir.Schedule, block):
     return outer, rows, (col_loop, col_trait.extent.value), depth
 
 
+def _multiply_accumulates(block) -> bool:
+    """Whether `block` computes `C[..] = C[..] + A[..] * B[..]` (casts allowed): what a matmul
+    and a convolution compute; a max-pool or a sum of one input only looks like one by its
+    indices."""
+
+    def bare(expr):
+        return bare(expr.value) if isinstance(expr, tirx.Cast) else expr
+
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
+        return False
+    acc, product = bare(store.value.a), bare(store.value.b)
+    if isinstance(product, tvm.ir.TensorLoad) and isinstance(acc, tirx.Mul):
+        acc, product = product, acc
+    return (
+        isinstance(acc, tvm.ir.TensorLoad)
+        and acc.source.same_as(store.buffer)
+        and isinstance(product, tirx.Mul)
+        and all(isinstance(bare(x), tvm.ir.TensorLoad) for x in (product.a, product.b))
+    )
+
+
 def _inline_consumers(sch: s_tir.Schedule, tile) -> None:
-    """Fold the element-wise ops after the matmul (bias, activation) into the tile's write-back."""
-    progress = True
-    while progress:
-        progress = False
-        for consumer in sch.get_consumers(tile):
-            try:
-                sch.reverse_compute_inline(consumer)
-            except s_tir.ScheduleError:  # not element-wise over the tile: it runs after, whole
-                continue
-            progress = True
+    """Fold the chain of element-wise ops after the matmul (bias, activation) into the tile's
+    write-back, as long as each value is read by the next op alone.
+
+    A value read twice (GELU reads its input for `x * (0.5 + erf(x) / 2)`) stops the chain
+    there: the rest runs after, whole. TVM 0.27 lets the second reader be folded in anyway and
+    then loses the buffer the first one read (Whisper's `conv1d + add + gelu`: "Buffer
+    T_add_intermediate is used before its definition")."""
+    while True:
+        consumers = sch.get_consumers(tile)
+        if len(consumers) != 1:
+            return
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except s_tir.ScheduleError:  # not element-wise over the tile: it runs after, whole
+            return
 
 
 def _vectorize_innermost(sch: s_tir.Schedule, block, vector: int) -> None:

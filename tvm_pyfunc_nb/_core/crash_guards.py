@@ -64,7 +64,7 @@ _PATH_STEP = re.compile(r"\.(\w+)|\[(\d+)\]")
 
 # What tirx.build does first to a kernel with `T.sblock`s (on a CPU): what is left is plain
 # loops and buffer accesses, which the guards check as they check written ones.
-_LOWER_SBLOCKS = tvm.transform.Sequential(
+LOWER_SBLOCKS = tvm.transform.Sequential(
     [
         s_tir.transform.LowerInitBlock(),
         s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
@@ -81,7 +81,7 @@ def guard(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
     itself when it needs none. A kernel with `T.sblock`s is checked in its lowered form."""
     plain = func
     if _has_sblocks(func):
-        plain = _LOWER_SBLOCKS(tvm.IRModule({name: func}))[name]
+        plain = LOWER_SBLOCKS(tvm.IRModule({name: func}))[name]
     guarded = guard_bounds(guard_division(plain, name), name)
     return func if tvm_ffi.structural_equal(guarded, plain) else guarded
 

@@ -13,6 +13,7 @@ and the dimension, rather than the first call.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import sympy
@@ -30,8 +31,9 @@ def bounds_of(exported) -> dict[str, tuple[int, int | None]]:
     """Each dynamic dimension's name (`s70`) -> its lower and upper bound (None: unbounded)."""
     found = {}
     for symbol, values in exported.range_constraints.items():
-        upper = values.upper
-        found[str(symbol)] = (int(values.lower), int(upper) if upper.is_finite else None)
+        # torch's unbounded limit (`int_oo`, which a view's sizes get) says it is finite
+        upper = None if math.isinf(float(values.upper)) else int(values.upper)
+        found[str(symbol)] = (int(values.lower), upper)
     return found
 
 

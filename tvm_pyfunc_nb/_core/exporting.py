@@ -16,6 +16,7 @@ query_imports=True)`). Relax functions that call pyfuncs cannot go in it.
 from __future__ import annotations
 
 import base64
+import inspect
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import numpy as np
 import tvm
 
 from .._version import __version__
-from ..errors import CallError, CompileError, last_reason
+from ..errors import TVM_NOTES, CallError, CompileError, last_reason, native_stderr_without
 from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .editing import module_text
@@ -59,7 +60,8 @@ EXAMPLE = {example!r}  # (function, arguments, expected outputs), as .npz in bas
 
 def load(device=None):
     """`{name}` compiled for `device` (the CPU by default), its pyfuncs callable from Relax."""
-    module = {name}(device or tvm.cpu())
+    with native_stderr_without(*TVM_NOTES):
+        module = {name}(device or tvm.cpu())
     single = module._convert_single_tvm_to_pytorch
     module._convert_tvm_to_pytorch = lambda out: _to_torch(out, single)
     register = tvm.get_global_func("vm.builtin.register_py_func")
@@ -67,6 +69,13 @@ def load(device=None):
         register(pyfunc, _called_from_relax(getattr(module, pyfunc)))
     return module
 
+
+# What TVM's C++ side says while it compiles code it wrote itself (a `take` in fast mode, a
+# `pow` with a large exponent): nothing a reader of this file can act on
+TVM_NOTES = {notes!r}
+
+
+{without}
 
 def _to_torch(out, single):
     """A Relax function's result in torch, a tuple of outputs as a list: upstream's conversion
@@ -139,8 +148,11 @@ def python_file(
         "",
         "import atexit",
         "import base64",
+        "import contextlib",
         "import io",
+        "import os",
         "import sys",
+        "import tempfile",
         "import types",
         "",
         "import ml_dtypes",
@@ -166,7 +178,13 @@ def python_file(
             _npz({f"a{i}": o for i, o in enumerate(outputs)}),
         )
     body = script.replace("from __future__ import annotations\n", "")
-    runtime = _RUNTIME.format(name=name, pyfuncs=list(pyfuncs), example=encoded)
+    runtime = _RUNTIME.format(
+        name=name,
+        pyfuncs=list(pyfuncs),
+        example=encoded,
+        notes=list(TVM_NOTES),
+        without=inspect.getsource(native_stderr_without),  # the package's own, as it is
+    )
     return "from __future__ import annotations\n\n" + "\n".join(header) + "\n" + body + runtime
 
 

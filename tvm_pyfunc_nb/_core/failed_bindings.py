@@ -7,7 +7,8 @@ its operands (`R.add(alloc7, lv16)`); neither is in the text the user reads
 default pipeline again on the module that failed finds the binding whose
 legalized form calls that kernel, or that stayed an op, and it is named as
 the user's text shows it: `lv43 = R.equal(lv41, lv42)`, with its operands'
-dtypes and shapes.
+dtypes and shapes, and, for a function imported from PyTorch, where it came from (its module
+and source line).
 """
 
 from __future__ import annotations
@@ -17,33 +18,39 @@ import re
 import tvm
 from tvm import relax
 
+from ..errors import native_stderr_silenced
+
 _OFFENDING_OP = re.compile(r"Offending call:\s*R\.([\w.]+)\(")
 _INT64 = re.compile(r"T\.int64\((-?\d+)\)")
 _CONSTANT = re.compile(r'metadata\["[^"]+"\]\[\d+\]')
 
 
-def kernel_binding(mod: tvm.IRModule, kernel: str, target) -> tuple[str, str] | None:
-    """`(function, description)` of the binding whose legalized form calls PrimFunc `kernel`."""
-    return _find(mod, target, lambda value: _calls_kernel(value, kernel))
+def kernel_binding(mod: tvm.IRModule, kernel: str, target, site_of=None) -> tuple[str, str] | None:
+    """`(function, description)` of the binding whose legalized form calls PrimFunc `kernel`
+    (`site_of(function, binding)` says where it came from, if known)."""
+    return _find(mod, target, lambda value: _calls_kernel(value, kernel), site_of)
 
 
-def unlowered_binding(mod: tvm.IRModule, err: BaseException, target) -> tuple[str, str] | None:
+def unlowered_binding(
+    mod: tvm.IRModule, err: BaseException, target, site_of=None
+) -> tuple[str, str] | None:
     """`(function, description + why)` of the binding VM codegen could not emit (`err` names its
     op), if legalization left it as an op: why is that its shapes are not known."""
     found = _OFFENDING_OP.search(str(err))
     if found is None:
         return None
     op = f"relax.{found.group(1)}"
-    hit = _find(mod, target, lambda value: getattr(value.op, "name", None) == op)
+    hit = _find(mod, target, lambda value: getattr(value.op, "name", None) == op, site_of)
     if hit is None:
         return None
     function, description = hit
     return function, f"{description}: TVM cannot lower it while a shape is not known"
 
 
-def _find(mod: tvm.IRModule, target, matches) -> tuple[str, str] | None:
-    """The first binding of `mod`'s Relax functions whose legalized value `matches`."""
-    with target:
+def _find(mod: tvm.IRModule, target, matches, site_of=None) -> tuple[str, str] | None:
+    """The first binding of `mod`'s Relax functions whose legalized value `matches` (TVM's
+    warnings about the code legalization writes kept out of the cell's output)."""
+    with target, native_stderr_silenced():
         after = tvm.transform.Sequential(
             [
                 relax.backend.DispatchSampling(),
@@ -58,7 +65,8 @@ def _find(mod: tvm.IRModule, target, matches) -> tuple[str, str] | None:
             if isinstance(binding.value, relax.Call) and matches(binding.value):
                 original = {b.var.name: b for b in _bindings(mod[gv.name_hint])}
                 source = original.get(binding.var.name, binding)
-                return gv.name_hint, describe(source)
+                site = site_of(gv.name_hint, binding.var.name) if site_of else None
+                return gv.name_hint, describe(source) + (f", from {site}" if site else "")
     return None
 
 

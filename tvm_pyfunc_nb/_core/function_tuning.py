@@ -41,7 +41,7 @@ from tvm import relax
 
 from ..errors import CompileCacheWarning, ScheduleError, last_reason
 from . import trust
-from .cpu_schedules import default_schedule_of, vector_lanes
+from .cpu_schedules import checked_schedule_of, vector_lanes
 from .front_end_port import Progress
 from .scheduling import (
     RECORD_FILES,
@@ -414,10 +414,10 @@ def _kept_trials(database, mod: tvm.IRModule, default) -> int:
 
 def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
     """Kernel `mod` as a module compiles it untuned: a matmul, a convolution or an element-wise
-    kernel with the CPU schedule written once for them (cpu_schedules.py), anything else as the
-    pipeline made it (an empty trace)."""
+    kernel with the CPU schedule written once for them (cpu_schedules.py), anything else (and a
+    kernel that schedule fails on) as the pipeline made it (an empty trace)."""
     if target.kind.name == "llvm":
-        sch = default_schedule_of(mod, vector_lanes(target))
+        sch, _ = checked_schedule_of(mod, vector_lanes(target))
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)

@@ -18,7 +18,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import CallError, TVMModuleError
+from ..errors import CallError, TVMModuleError, native_stderr_silenced
 from .editing import ConstantTable, describe
 
 _STOPPED = re.compile(r"stopped while running: (.*) in `([^`]+)`")
@@ -56,7 +56,8 @@ def name_the_binding(
 def bindings_of(mod: tvm.IRModule, fn: str, kernel: tvm.tirx.PrimFunc) -> list:
     """The bindings of Relax function `fn` whose op legalizes to `kernel`, in order."""
     kernel = kernel.without_attr("global_symbol")
-    legal = relax.transform.LegalizeOps()(mod)
+    with native_stderr_silenced():  # TVM's warnings about the code it writes ("fast mode")
+        legal = relax.transform.LegalizeOps()(mod)
     names = {
         binding.var.name
         for block in legal[fn].body.blocks

@@ -11,14 +11,18 @@ repaired first (`model_repairs`); the notices say what changed.
 `add_torch` exports a `torch.nn.Module` with `torch.export`, decomposes it
 as TVM's `from_exported_program` does, and translates it with TVM's own
 `ExportedProgramImporter`, whose environment (FX node -> Relax var) gives
-each binding of the imported function the FX node it came from. That map is
-kept by binding name, with the exported program, so that `compare` can go
-op by op, even after the function was edited in a cell.
+each binding of the imported function the FX node it came from, and with it
+the user's module and source line (`source_sites`). That map is kept by
+binding name, with the exported program, so that `compare` can go op by op,
+and every row can say where a binding came from, even after the function was
+edited in a cell. Ops the importer has no translation for run as PyTorch
+calls (`torch_fallback`): pyfuncs that come in with the function.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import warnings
@@ -38,6 +42,8 @@ from .dynamic_shapes import bounded_slices, check_known_shapes
 from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
 from .model_repairs import repair_imported
 from .pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
+from .source_sites import SourceSite, site_of
+from .torch_fallback import fallbacks, install, pyfunc_externs
 
 ADDABLE = "an IRModule, a PrimFunc, a Relax Function or a Python callable (or a list of them)"
 
@@ -49,13 +55,15 @@ def added_contribution(
     module_name: str,
     namespace: Mapping[str, Any],
     origin: str,
+    notes: Iterable[str] = (),
 ) -> Contribution:
-    """One contribution of every function `obj` brings, keyed by their names (a re-add replaces)."""
+    """One contribution of every function `obj` brings, keyed by their names (a re-add replaces);
+    `notes` say what was done on the way in."""
     items = obj if isinstance(obj, (list, tuple)) else [obj]
     if name is not None and len(items) != 1:
         raise CallError("add: name= names one function; give a list of named functions instead")
     found: dict[str, tuple[Any, Mapping[str, Callable]]] = {}
-    repairs: list[str] = []
+    repairs: list[str] = list(notes)
     attrs: dict[str, Any] = {}
     infos: dict[str, Any] = {}
     for item in items:
@@ -169,12 +177,14 @@ def _pyfunc_from_module(
 # -- PyTorch ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeRef:
-    """The FX node a binding came from: its name, its op, whether the binding *is* its value."""
+    """The FX node a binding came from: its name, its op, whether the binding *is* its value,
+    and where in the user's code the node was made."""
 
     node: str
     op: str
     exact: bool  # False: one of several bindings a node became (e.g. the matmul inside addmm)
     aliases: tuple[str, ...] = ()  # later nodes the importer gave the same value (a getitem)
+    site: SourceSite | None = None  # the nn.Module and the line (None: torch.export made it)
 
 
 @dataclass
@@ -185,6 +195,11 @@ class TorchOrigin:
     exported: Any  # torch.export.ExportedProgram, decomposed as the importer translated it
     bindings: dict[str, NodeRef] = field(default_factory=dict)
     constant_names: dict[Any, str] = field(default_factory=dict)  # constant -> parameter name
+
+    def site(self, binding: str) -> SourceSite | None:
+        """Where binding `binding` came from in the model's code (None: nowhere known)."""
+        node = self.bindings.get(binding)
+        return node.site if node is not None else None
 
     def fx_values(self, args: Iterable[Any]) -> tuple[dict[str, Any], Any]:
         """Every FX node's value (by node name) for one run on `args`, and the outputs."""
@@ -214,10 +229,21 @@ class TorchOrigin:
         return values, outputs
 
 
+@dataclass
+class ImportedModel:
+    """What `add_torch` brings: the function (and the pyfuncs running what TVM cannot
+    translate), where each binding came from, and what was done on the way in."""
+
+    functions: tvm.IRModule
+    origin: TorchOrigin
+    notes: list[str]
+
+
 def import_torch(
     model: torch.nn.Module, example_args: Any, *, name: str, dynamic_shapes: Any = None
-) -> tuple[relax.Function, TorchOrigin]:
-    """`model` as one Relax function named `name` (weights as constants), and where it came from."""
+) -> ImportedModel:
+    """`model` as one Relax function named `name` (weights as constants), the pyfuncs that run
+    the ops TVM's importer lacks, and where each binding came from."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     if not isinstance(model, torch.nn.Module):
@@ -244,8 +270,13 @@ def import_torch(
     for key, value in list(exported.state_dict.items()):
         exported.state_dict[key] = value.detach().clone()
     importer = ExportedProgramImporter()
+    importer.env = translated = _Translated()
+    for op, convert in bounded_slices(exported).items():
+        importer.convert_map[op] = functools.partial(convert, importer=importer)
+    found = fallbacks(exported, importer.convert_map, name, type(model).__name__)
+    install(importer, found)
     try:
-        mod = importer.from_exported_program(exported, False, True, False, bounded_slices(exported))
+        mod = importer.from_exported_program(exported, False, True, False, None)
     except Exception as err:  # the importer raises on ops it has no translation for
         raise translation_failure(model, err, exported, importer.env) from err
     func = mod["main"].with_attr("global_symbol", name)
@@ -254,10 +285,27 @@ def import_torch(
     origin = TorchOrigin(
         model,
         exported,
-        _binding_nodes(func, importer.env),
+        _binding_nodes(func, translated.first),
         _constant_names(before_binding_params, func, exported),
     )
-    return func, origin
+    functions = tvm.IRModule({name: func, **pyfunc_externs(found)})
+    return ImportedModel(functions, origin, [found.notice(name)] if found.regions else [])
+
+
+class _Translated(dict):
+    """The importer's environment (FX node -> Relax value), remembering each node's value as
+    its own translation gave it: an in-place write (`h[:, 0] = 0`, a `copy_`) later makes the
+    node it writes into stand for the written value, which is what the write computes, not
+    what that node did."""
+
+    def __init__(self):
+        super().__init__()
+        self.first: dict[Any, Any] = {}
+
+    def __setitem__(self, node, value) -> None:
+        if value is not None:
+            self.first.setdefault(node, value)
+        super().__setitem__(node, value)
 
 
 def _bindings(func: relax.Function) -> list:
@@ -283,10 +331,11 @@ def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, No
         nodes = nodes_of.get(binding.var)
         if nodes:
             first, aliases = nodes[0], tuple(n.name for n in nodes[1:])
+            site = site_of(first)
             for var in pending:
                 exact = var.same_as(binding.var)
                 found[var.name] = NodeRef(
-                    first.name, str(first.target), exact, aliases if exact else ()
+                    first.name, str(first.target), exact, aliases if exact else (), site
                 )
             pending = []
     return found
@@ -315,6 +364,13 @@ def _constant_names(before: relax.Function, after: relax.Function, exported) -> 
     for x, y in zip(_bindings(before), _bindings(after), strict=False):
         walk(x.value, y.value)
     return names
+
+
+def binding_site(origins: Mapping[str, TorchOrigin], function: str, binding: str):
+    """Where `binding` of `function` came from in the PyTorch model it was imported from (a
+    `SourceSite`), if it was."""
+    origin = origins.get(function)
+    return origin.site(binding) if origin is not None else None
 
 
 def constant_names(origins) -> dict:

@@ -26,6 +26,7 @@ end (front_end_port.py) is asked for what needs one.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -51,7 +52,7 @@ from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable
 from .function_tuning import KernelSchedules, schedules_dir
-from .importing import added_contribution, import_torch
+from .importing import added_contribution, binding_site, import_torch
 from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
@@ -96,6 +97,8 @@ class LiveModule(UpstreamInterface):
         else:
             runner = LocalRunner(*common)
         calls.resolver = runner.resolve
+        torch_origins: dict = {}
+        build.site_of = functools.partial(binding_site, torch_origins)
         self._parts = ModuleParts(
             name,
             self.options,
@@ -105,7 +108,7 @@ class LiveModule(UpstreamInterface):
             runner,
             calls,
             schedules,
-            torch_origins={},
+            torch_origins=torch_origins,
             constants=ConstantTable(),
             owner=self,
         )
@@ -154,15 +157,23 @@ class LiveModule(UpstreamInterface):
 
     def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
         """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
-        through `torch.export`; `compare(name, model, ...)` then goes op by op."""
-        func, origin = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
-        result = self._add(func, name, f"{self.name}.add_torch({type(model).__name__})")
-        self._parts.torch_origins[name] = origin
+        through `torch.export`; `compare(name, model, ...)` then goes op by op, and rows say
+        where each binding came from. An op TVM's importer cannot translate runs as a PyTorch
+        call: a pyfunc (`<name>_<op>`) added with it; the import says which."""
+        imported = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
+        by = f"{self.name}.add_torch({type(model).__name__})"
+        result = self._add(imported.functions, None, by, imported.notes)
+        self._parts.torch_origins[name] = imported.origin
         return result
 
-    def _add(self, obj, name: str | None, origin: str) -> UpdateResult:
+    def _add(self, obj, name: str | None, origin: str, notes=()) -> UpdateResult:
         contribution = added_contribution(
-            obj, name=name, module_name=self.name, namespace=self.namespace, origin=origin
+            obj,
+            name=name,
+            module_name=self.name,
+            namespace=self.namespace,
+            origin=origin,
+            notes=notes,
         )
         return self._apply(self._parts.assembly.propose(contribution))
 
@@ -284,9 +295,10 @@ class LiveModule(UpstreamInterface):
         after TIR lowering."""
         return lowering.lowered(self._parts, fn)
 
-    def kernels(self, fn: str) -> list[str]:
+    def kernels(self, fn: str) -> lowering.KernelList:
         """The kernels Relax function `fn` runs after the pipeline, in order (with --offload
-        torch, its PyTorch calls too)."""
+        torch, its PyTorch calls too; the pyfuncs it calls): a list, shown as a table of the
+        bindings each kernel computes and where in the model's code they came from."""
         return lowering.kernels(self._parts, fn)
 
     def source(self, fn: str, fmt: str | None = None) -> str:

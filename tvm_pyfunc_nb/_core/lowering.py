@@ -11,13 +11,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import tvm
 from tvm import relax
 
 from ..errors import CallError
 from .cells import PRIMFUNC, RELAX
+from .kernel_sites import site_cells
 from .module_parts import ModuleParts
 from .offload import PREFIX, torch_calls
+from .tables import text_table
 
 CPU_FORMATS = {"ll": "ll", "llvm": "ll", "asm": "asm", "s": "asm"}
 
@@ -37,11 +41,11 @@ def lowered_relax(linked, fn: str) -> str:
     )
 
 
-def run_order(linked, fn: str) -> list[str]:
+def run_order(linked, fn: str, pyfuncs: Mapping[str, str] | None = None) -> list[str]:
     """What the lowered Relax function `fn` runs, in order: its kernels (each once, as
-    `kernels_of`) and, with --offload torch, each of its PyTorch calls (`torch.linear`...)."""
-    if not torch_calls(linked.lowered[fn]):
-        return kernels_of(linked, fn)
+    `kernels_of`), each of its PyTorch calls with --offload torch (`torch.linear`...), and the
+    pyfuncs it calls (`pyfuncs`: the names its call sites are registered under -> the pyfunc)."""
+    pyfuncs = pyfuncs or {}
     order: list[str] = []
 
     def visit(node) -> None:
@@ -50,9 +54,57 @@ def run_order(linked, fn: str) -> list[str]:
                 order.append(node.name_hint)
         elif isinstance(node, relax.ExternFunc) and node.global_symbol.startswith(PREFIX):
             order.append(node.global_symbol.removeprefix(PREFIX))
+        elif isinstance(node, tvm.ir.StringImm) and node.value in pyfuncs:
+            order.append(pyfuncs[node.value])
 
     relax.analysis.post_order_visit(linked.lowered[fn], visit)
     return order
+
+
+class KernelList(list):
+    """`NAME.kernels("fn")`: the names of what `fn` runs, in order, a list (printed as one);
+    shown as a table in a notebook: each kernel, its call sites, the bindings of `fn` it
+    computes, and where in the model's code they came from (for a function from `add_torch`)."""
+
+    header = ("kernel", "calls", "bindings", "where")
+
+    def __init__(self, function: str, names: list[str], rows: list[tuple[str, str, str, str]]):
+        super().__init__(names)
+        self.function = function
+        self._rows = rows
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """`(kernel, calls, bindings, where)` for each name."""
+        return list(self._rows)
+
+    def count_text(self) -> str:
+        return f"{len(self)} kernel{'s' * (len(self) != 1)}"
+
+    def table(self) -> str:
+        return f"{self.function} runs {self.count_text()}\n" + text_table(self.header, self._rows)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(self.table() if not cycle else "[...]")
+
+
+def kernel_list(linked, fn: str, pyfuncs: Mapping[str, str], site_of) -> KernelList:
+    """`run_order` as a `KernelList`, each row from the kernel's call sites (`linked.sites`) and
+    `site_of(binding)`."""
+    names = run_order(linked, fn, pyfuncs)
+    by_name = {PREFIX + n: n for n in names} | dict(pyfuncs)
+    calls: dict[str, list] = {}
+    for callee, call_sites in linked.sites.of(fn).items():
+        calls.setdefault(by_name.get(callee, callee), []).extend(call_sites)
+    seen: dict[str, int] = {}
+    rows = []
+    for name in names:
+        sites = calls.get(name, [])
+        if names.count(name) > 1:  # a PyTorch call or pyfunc, a row per call: its own site
+            k = seen[name] = seen.get(name, -1) + 1
+            sites = sites[k : k + 1]
+        bindings, where = site_cells(sites, site_of)
+        rows.append((name, str(len(sites) or ""), bindings, where))
+    return KernelList(fn, names, rows)
 
 
 def kernels_of(linked, fn: str) -> list[str]:
@@ -100,10 +152,14 @@ def lowered(parts: ModuleParts, fn: str) -> str:
     return lowered_relax(_linked(parts, fn, "lowered"), fn)
 
 
-def kernels(parts: ModuleParts, fn: str) -> list[str]:
+def kernels(parts: ModuleParts, fn: str) -> KernelList:
     """The kernels (PrimFuncs) Relax function `fn` runs after the module's pipeline,
-    in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...)."""
-    return run_order(_linked(parts, fn, "kernels"), fn)
+    in the order it runs them; with --offload torch its PyTorch calls too (`torch.linear`...),
+    and the pyfuncs it calls. Shown as a table of kernel, calls, bindings and where."""
+    linked = _linked(parts, fn, "kernels")
+    origin = parts.torch_origins.get(fn)
+    site_of = origin.site if origin is not None else (lambda binding: None)
+    return kernel_list(linked, fn, parts.compiler.bridge.names, site_of)
 
 
 def source(parts: ModuleParts, fn: str, fmt: str | None) -> str:

@@ -20,6 +20,7 @@ from tvm import relax
 from .cells import PYFUNC, RELAX
 from .module_parts import ModuleParts
 from .relax_rewrite import relax_closure, sub_module
+from .source_sites import SourceSite
 from .tables import text_table
 from .tensors import to_torch
 
@@ -89,14 +90,22 @@ class Trace(Mapping[str, torch.Tensor]):
     """The intermediates of one run of `function`, in order: `trace["lv1"]` is a `torch.Tensor`.
 
     `trace.output` is what the function returned; `trace.intermediates` the
-    `TracedValue`s (binding, op, value); shown as a table of binding, op,
-    shape, dtype and min/max/mean.
+    `TracedValue`s (binding, op, value); `trace.where` the `SourceSite` of each
+    binding a PyTorch model's code made (for a function from `add_torch`);
+    shown as a table of binding, op, shape, dtype, min/max/mean (and where).
     """
 
-    def __init__(self, function: str, intermediates: list[TracedValue], output):
+    def __init__(
+        self,
+        function: str,
+        intermediates: list[TracedValue],
+        output,
+        where: Mapping[str, SourceSite] | None = None,
+    ):
         self.function = function
         self.intermediates = intermediates
         self.output = output
+        self.where = dict(where or {})
         self._by_name = {v.name: v.value for v in intermediates}
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -115,10 +124,24 @@ class Trace(Mapping[str, torch.Tensor]):
             for v in self.intermediates
         ]
 
+    def header(self) -> tuple[str, ...]:
+        """The table's columns: `rows()`'s, and `where` for a function from `add_torch`."""
+        return ("binding", "op", "shape", "dtype", "min / max / mean") + (
+            ("where",) if self.where else ()
+        )
+
+    def table_rows(self) -> list[tuple[str, ...]]:
+        """`rows()`, each with where its binding came from in the model's code
+        (`layer.0.attention.self.query · modeling_bert.py:312`) for a function from `add_torch`."""
+        if not self.where:
+            return self.rows()
+        return [
+            (*row, site.short() if (site := self.where.get(row[0])) else "") for row in self.rows()
+        ]
+
     def __repr__(self) -> str:
-        header = ("binding", "op", "shape", "dtype", "min / max / mean")
         return f"trace of {self.function}: {len(self)} intermediates\n" + text_table(
-            header, self.rows()
+            self.header(), self.table_rows()
         )
 
 
@@ -168,4 +191,6 @@ def trace(parts: ModuleParts, fn: str, args: tuple) -> Trace:
     compiler = parts.compiler
     linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
     output, values = parts.runner.run_relax(fn, linked, entry, args)
-    return Trace(fn, traced_values(taps, values), output)
+    origin = parts.torch_origins.get(fn)
+    where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
+    return Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})

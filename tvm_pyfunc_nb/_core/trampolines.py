@@ -36,7 +36,7 @@ class PyFuncBridge:
         self.calls = calls
         self.module = module
         self.prefix = py_registry.new_prefix(module)
-        self.names: set[str] = set()
+        self.names: dict[str, str] = {}  # registered name of a call site -> the pyfunc it calls
         self.forwarders: set[str] = set()  # global functions standing in for R.call_dps_packed
 
     def vm_module(self, mod: tvm.IRModule) -> tvm.IRModule:
@@ -65,7 +65,7 @@ class PyFuncBridge:
         if name not in self.names:
             trampoline = PyFuncTrampoline(self.calls, self.module, caller, pyfunc, out_ty, in_ty)
             py_registry.register(name, trampoline.ffi_function())
-            self.names.add(name)
+            self.names[name] = pyfunc
         return name
 
     def _forwarder(self, caller: str, packed: str) -> str:
@@ -97,8 +97,8 @@ class PyFuncBridge:
         return name
 
     def close(self) -> None:
-        py_registry.unregister(self.names)
-        self.names = set()
+        py_registry.unregister(set(self.names))
+        self.names = {}
         for name in self.forwarders:
             tvm_ffi.remove_global_func(name)
         self.forwarders = set()

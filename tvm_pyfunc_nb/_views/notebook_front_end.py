@@ -212,6 +212,7 @@ def _html_views() -> dict[type, object]:
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
     from .._core.function_tuning import FunctionTuningReport
+    from .._core.lowering import KernelList
     from .._core.timing import Timing
     from .._core.tracing import Trace
 
@@ -219,6 +220,7 @@ def _html_views() -> dict[type, object]:
         Trace: render.trace_html,
         Comparison: render.comparison_html,
         Timing: render.timing_html,
+        KernelList: render.kernels_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
         FunctionTuningReport: render.function_tuning_html,

@@ -444,9 +444,8 @@ def _titled(title: str, *parts: str) -> str:
 
 
 def trace_html(trace) -> str:
-    header = ("binding", "op", "shape", "dtype", "min / max / mean")
     title = f"trace of {trace.function}: {len(trace)} intermediates"
-    return _titled(title, table_html(header, trace.rows()))
+    return _titled(title, table_html(trace.header(), trace.table_rows()))
 
 
 def comparison_html(comparison) -> str:
@@ -462,13 +461,16 @@ def comparison_html(comparison) -> str:
         marked = comparison.ops.index(first) if first is not None else None
         parts += [
             _muted("op by op: each binding against the PyTorch node it came from", "div"),
-            table_html(
-                ("binding", "op", "PyTorch", "max abs", "max rel", ""), comparison.op_rows(), marked
-            ),
+            table_html(comparison.op_header(), comparison.op_table_rows(), marked),
         ]
     elif comparison.why_not_op_by_op:
         parts.append(_muted(escape(comparison.why_not_op_by_op), "div"))
     return _titled(f"compare {comparison.function}", *parts)
+
+
+def kernels_html(kernels) -> str:
+    title = f"{kernels.function} runs {kernels.count_text()}"
+    return _titled(title, table_html(kernels.header, kernels.rows()))
 
 
 def timing_html(timing) -> str:
