@@ -330,9 +330,9 @@ def test_a_kernel_the_cpu_schedule_vectorized_compiles_with_its_guards(lanes, mc
 
 
 def _lowered(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    from tvm_pyfunc_nb._core.crash_guards import _LOWER_SBLOCKS
+    from tvm_pyfunc_nb._core.crash_guards import LOWER_SBLOCKS
 
-    return _LOWER_SBLOCKS(tvm.IRModule({"main": func}))["main"]
+    return LOWER_SBLOCKS(tvm.IRModule({"main": func}))["main"]
 
 
 # -- a module on an AVX2 CPU: the binding a check stopped is named ----------------------------
