@@ -31,16 +31,16 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
 from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
-from tvm_pyfunc_nb._core.function_tuning import kernel_tasks
-from tvm_pyfunc_nb._core.scheduling import (
+from tvm_pyfunc_nb._core.trust import files_problem
+from tvm_pyfunc_nb._core.tuning import (
     RECORD_FILES,
-    _tuning_target,
+    TuningRecords,
+    kernel_tasks,
+    open_database,
     target_digest,
-    tuning_database,
-    work_dir_for,
+    tuning_target,
+    unscheduled,
 )
-from tvm_pyfunc_nb._core.trust import directory_problem, files_problem
-from tvm_pyfunc_nb._core.tuning import unscheduled
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -605,7 +605,7 @@ def plant(cache: CompileCache, record) -> tuple[Path, LiveModule]:
     workload = database.commit_workload(task.workload)
     args = ArgInfo.from_prim_func(task.workload["main"])
     database.commit_tuning_record(
-        TuningRecord(sch.trace, workload, [1e-9], _tuning_target(target), args)
+        TuningRecord(sch.trace, workload, [1e-9], tuning_target(target), args)
     )
     return place, live
 
@@ -696,7 +696,8 @@ def test_a_tuning_database_cut_short_leaves_the_module_working(tmp_path):
 
 def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     """Without a cache the database was in /tmp/tvm-pyfunc-nb-tuning-<uid>, where any local user
-    could plant records; a cache others can write is refused for tuning too."""
+    could plant records; a cache others can write is refused for tuning too: the records stay in
+    memory, where no one else can reach them."""
     live = LiveModule("demo")
     live.run_cell(ADD_TIR)
     func, target = live.ir_mod["add_tir"], live._parts.build.target
@@ -714,11 +715,10 @@ def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     os.chmod(cache.directory, 0o777)
     try:
         with pytest.warns(CompileCacheWarning):
-            places = [Path(work_dir_for(c, "add_tir", func, target)) for c in (None, cache)]
-        for place in places:
-            assert not JSONDatabase(work_dir=str(place)).has_workload(mod)
-            assert place not in planted and directory_problem(place) is None
-            assert mode(place) == 0o700
+            records = [TuningRecords(c, "demo", target) for c in (None, cache)]
+            found = [r.database(r.kernel_folder("add_tir", func), create=True) for r in records]
+        for database, where in found:
+            assert where == "in memory" and not database.has_workload(mod)
     finally:
         shutil.rmtree(planted[0])
         with contextlib.suppress(OSError):  # another process's records may be there too
@@ -732,7 +732,7 @@ def test_tuning_records_written_under_a_shared_group_umask_are_still_trusted(tmp
     live.run_cell(ADD_TIR)
     previous = os.umask(0o002)
     try:
-        tuning_database(str(tmp_path)).commit_workload(live.ir_mod)
+        open_database(tmp_path).commit_workload(live.ir_mod)
     finally:
         os.umask(previous)
     assert files_problem(tmp_path, RECORD_FILES) is None
