@@ -392,20 +392,21 @@ OFF = (
 )
 
 
-def world_writable(tmp_path: Path) -> tuple[Path, str]:
+def writable(tmp_path: Path, mode: int, by: str) -> tuple[Path, str]:
+    """A warm cache folder made writable by others (`mode`), and what the notice says."""
     directory = tmp_path / "cache"
     warm(CompileCache(directory))
-    os.chmod(directory, 0o777)
-    why = f"{directory} is writable by its group and others (mode 0777)"
+    os.chmod(directory, mode)
+    why = f"{directory} is writable by {by} (mode {mode:04o})"
     return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
+
+
+def world_writable(tmp_path: Path) -> tuple[Path, str]:
+    return writable(tmp_path, 0o777, "its group and others")
 
 
 def group_writable(tmp_path: Path) -> tuple[Path, str]:
-    directory = tmp_path / "cache"
-    warm(CompileCache(directory))
-    os.chmod(directory, 0o770)
-    why = f"{directory} is writable by its group (mode 0770)"
-    return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
+    return writable(tmp_path, 0o770, "its group")
 
 
 def symlink_to_another_users(tmp_path: Path) -> tuple[Path, str]:
@@ -740,13 +741,6 @@ def test_tuning_records_written_under_a_shared_group_umask_are_still_trusted(tmp
 
 
 # -- the magic ---------------------------------------------------------------------------
-@pytest.fixture
-def cache_shell(shell, tmp_path):
-    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
-    yield shell
-    shell.run("%config TVMModuleMagics.cache_dir = ''")
-
-
 def earlier_entry(directory: Path) -> list[Path]:
     """An entry as an earlier version of the cache wrote it, directly in `directory`."""
     library = directory / f"{'cd' * 20}.so"
@@ -758,29 +752,31 @@ def earlier_entry(directory: Path) -> list[Path]:
     return [record, library]
 
 
-def test_tvmcache_shows_the_cache_and_clear_empties_it_of_its_own_files_only(cache_shell, tmp_path):
+def test_tvmcache_shows_the_cache_and_clear_empties_it_of_its_own_files_only(
+    cached_shell, tmp_path
+):
     project = project_folder(tmp_path / "cache")
     kept = contents(project)
     earlier = earlier_entry(project)  # proven the cache's by their checksums: cleared
-    cache_shell.cell("demo", ADD_TIR + MAIN_RELAX)
-    cache_shell.ns["demo"].main_relax(X, Y)
-    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    cached_shell.cell("demo", ADD_TIR + MAIN_RELAX)
+    cached_shell.ns["demo"].main_relax(X, Y)
+    magics = cached_shell.ip.magics_manager.registry["TVMModuleMagics"]
     magics.compile_cache().flush()
 
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert str(project / OWN_DIR) in shown
-    built = [name for names in tir_compiles(cache_shell.ns["demo"]) for name in names]
+    built = [name for names in tir_compiles(cached_shell.ns["demo"]) for name in names]
     assert f"{len(built)} entries" in shown and "KB of 512.0 MB" in shown  # Relax's PrimFuncs
     assert "\n  3 files of an earlier version beside it, no longer read" in shown
 
-    shown = repr(cache_shell.run("%tvmcache clear"))
+    shown = repr(cached_shell.run("%tvmcache clear"))
     assert "0 entries" in shown and "1 file of an earlier version" in shown
     assert os.listdir(project / OWN_DIR) == ["CACHEDIR.TAG"]
     assert not any(p.exists() for p in earlier) and contents(project) == kept
-    cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
+    cached_shell.run("%tvmcache nonsense", expect_error=UsageError)
 
 
-def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, monkeypatch):
+def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cached_shell, monkeypatch):
     """Entries are written in the background after the call that compiled; `%tvmcache` right
     after it waits for them (at most `SHOW_WAIT_SECONDS`), so that its counts are settled: a
     tutorial shows them."""
@@ -791,15 +787,15 @@ def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, mo
         write(self, *args)
 
     monkeypatch.setattr(CompileCache, "_write", slow_write)
-    cache_shell.cell("demo", ADD_TIR)
-    cache_shell.ns["demo"].add_tir(X, Y, torch.empty(5))
+    cached_shell.cell("demo", ADD_TIR)
+    cached_shell.ns["demo"].add_tir(X, Y, torch.empty(5))
     monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 0.0)
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert "  0 entries, 0 KB of 512.0 MB\n" in shown, shown
     assert "0 stored, 0 rejected as damaged, stale or writable by others, 1 being written" in shown
 
     monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 30.0)
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert re.search(r"\n  1 entry, [1-9]\d* KB of 512\.0 MB\n", shown), shown
     assert shown.endswith(
         "this kernel: 0 loaded, 1 missed, 1 stored, 0 rejected as damaged, stale or writable by "
@@ -808,17 +804,17 @@ def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, mo
 
 
 def test_a_cache_dir_others_can_change_leaves_cells_working_and_tvmcache_says_why(
-    cache_shell, tmp_path
+    cached_shell, tmp_path
 ):
     directory = tmp_path / "cache"
-    assert "  trusted: no one else can change it\n" in repr(cache_shell.run("%tvmcache"))
+    assert "  trusted: no one else can change it\n" in repr(cached_shell.run("%tvmcache"))
     os.chmod(directory, 0o777)
     with pytest.warns(CompileCacheWarning) as caught:
-        cache_shell.cell("demo", ADD_TIR)
+        cached_shell.cell("demo", ADD_TIR)
         out = torch.empty(5)
-        cache_shell.ns["demo"].add_tir(X, Y, out)
-        shown = repr(cache_shell.run("%tvmcache"))
-    assert torch.equal(out, X + Y) and tir_compiles(cache_shell.ns["demo"]) == [("add_tir",)]
+        cached_shell.ns["demo"].add_tir(X, Y, out)
+        shown = repr(cached_shell.run("%tvmcache"))
+    assert torch.equal(out, X + Y) and tir_compiles(cached_shell.ns["demo"]) == [("add_tir",)]
     assert len(cache_notices(caught)) == 1
     assert (
         f"  not trusted, so off: {directory} is writable by its group and others (mode 0777). "
@@ -831,17 +827,18 @@ def test_tvmcache_says_when_the_cache_is_off(shell, capsys):
     assert "compile cache: off" in capsys.readouterr().out
 
 
-def test_the_magic_passes_its_cache_to_new_modules(cache_shell):
-    cache_shell.cell("demo", ADD_TIR)
+def test_the_magic_passes_its_cache_to_new_modules(cached_shell):
+    cached_shell.cell("demo", ADD_TIR)
     out = torch.empty(5)
-    cache_shell.ns["demo"].add_tir(X, Y, out)
-    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    cached_shell.ns["demo"].add_tir(X, Y, out)
+    magics = cached_shell.ip.magics_manager.registry["TVMModuleMagics"]
     magics.compile_cache().flush()
-    cache_shell.run("%tvmmodule_drop demo")
-    cache_shell.cell("demo", ADD_TIR)
-    cache_shell.ns["demo"].add_tir(X, Y, out)
+    cached_shell.run("%tvmmodule_drop demo")
+    cached_shell.cell("demo", ADD_TIR)
+    cached_shell.ns["demo"].add_tir(X, Y, out)
     assert (
-        tir_compiles(cache_shell.ns["demo"]) == [] and cache_shell.ns["demo"].stats.cache_hits == 1
+        tir_compiles(cached_shell.ns["demo"]) == []
+        and cached_shell.ns["demo"].stats.cache_hits == 1
     )
 
 

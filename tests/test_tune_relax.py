@@ -34,14 +34,6 @@ def rmm(
 CUDA_ZERO = "--target cuda --device cuda --pipeline zero"
 
 
-@pytest.fixture
-def cached_shell(shell, tmp_path):
-    """The shell with a compile cache of the test's own (the tuning database lives there)."""
-    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
-    yield shell
-    shell.run("%config TVMModuleMagics.cache_dir = ''")
-
-
 def tuned_kernels(lowered: str) -> set[str]:
     """The kernels in `lowered` text that carry a schedule (tuned or DLight)."""
     found = set()

@@ -108,6 +108,20 @@ def trial_callback(measured: Callable[[int, float | None], None]):
     return Trials(measured)
 
 
+def in_process(measured: Callable[[int, float | None], None]) -> dict:
+    """The arguments of a MetaSchedule run that build and run each candidate in this process,
+    pick candidates at random (no cost model to train), and tell `measured(task, seconds)` of
+    each trial."""
+    from tvm.s_tir.meta_schedule.measure_callback import MeasureCallback
+
+    return {
+        "builder": in_process_builder(),
+        "runner": in_process_runner(),
+        "cost_model": "random",
+        "measure_callbacks": [*MeasureCallback.create("default"), trial_callback(measured)],
+    }
+
+
 def in_process_builder():
     """Builds each candidate with `tirx.build` in this process."""
     from tvm.ir.utils import derived_object

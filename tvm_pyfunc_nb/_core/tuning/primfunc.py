@@ -19,15 +19,7 @@ import tvm
 from ...errors import ScheduleError, last_reason
 from .. import trust
 from ..front_end_port import Progress
-from .measuring import (
-    import_tensor_intrinsics,
-    in_process_builder,
-    in_process_runner,
-    quiet,
-    time_of,
-    trial_callback,
-    tuning_target,
-)
+from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import TuningRecords, kept_trials
 from .report import KernelRow, TuningReport, milliseconds
 from .schedules import WORKLOAD
@@ -70,16 +62,10 @@ def tuned(
                     where if where != "in memory" else str(trust.temporary_directory()),
                     todo,
                     num_trials_per_iter=min(8, todo),
-                    builder=in_process_builder(),
-                    runner=in_process_runner(),
                     database=database,
-                    cost_model="random",
                     seed=0,
                     num_tuning_cores=os.cpu_count() or 1,
-                    measure_callbacks=[
-                        *ms.measure_callback.MeasureCallback.create("default"),
-                        trial_callback(reporter.measured),
-                    ],
+                    **in_process(reporter.measured),
                 )
             except Exception as err:
                 raise ScheduleError(

@@ -42,15 +42,7 @@ from ...errors import CompileCacheWarning, ScheduleError, last_reason
 from .. import trust
 from ..front_end_port import Progress
 from .cpu_schedules import checked_schedule_of, vector_lanes
-from .measuring import (
-    import_tensor_intrinsics,
-    in_process_builder,
-    in_process_runner,
-    quiet,
-    time_of,
-    trial_callback,
-    tuning_target,
-)
+from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import IN_MEMORY, TuningRecords, kept_trials
 from .report import KernelRow, TuningReport, milliseconds
 from .schedules import WORKLOAD, as_kernel, dlight_kernels, tunable
@@ -272,15 +264,9 @@ def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None
             work_dir=work_dir,
             max_trials_global=todo,
             num_trials_per_iter=_per_iteration(todo, len(tasks)),
-            builder=in_process_builder(),
-            runner=in_process_runner(),
             database=database,
-            cost_model="random",
-            measure_callbacks=[
-                *ms.measure_callback.MeasureCallback.create("default"),
-                trial_callback(reporter.measured),
-            ],
             task_scheduler="gradient",
+            **in_process(reporter.measured),
         )
 
 
