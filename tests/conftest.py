@@ -108,3 +108,12 @@ def shell(_ipython):
     if "tvmmodule" in _ipython.magics_manager.magics["cell"]:
         shell.drop_all()
     _ipython.run_line_magic("reset", "-f")
+
+
+@pytest.fixture
+def cached_shell(shell, tmp_path):
+    """The shell with a compile cache of the test's own (`tmp_path / "cache"`; the tuning
+    databases live there too), and none again afterwards."""
+    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
+    yield shell
+    shell.run("%config TVMModuleMagics.cache_dir = ''")

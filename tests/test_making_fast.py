@@ -487,7 +487,7 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
 
     with capture_output() as shown:
         report = demo.tune("mm", trials=4)
-    assert type(report).__name__ == "TuningReport" and report.kernel == "mm"
+    assert type(report).__name__ == "TuningReport" and report.function == "mm"
     started, ended = shown.outputs  # the progress line, then its text where tuning ended
     assert started.data["text/plain"] == "tuning mm: 0 of 4"
     assert ended.update and ended.data["text/plain"].startswith("tuning mm: 4 of 4 · best ")

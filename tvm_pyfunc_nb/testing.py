@@ -73,7 +73,7 @@ def second_run_here(target: str) -> str | None:
     """Why a test run for `target` would show nothing here that the run for this CPU does not,
     or None if it would: it cannot run here, or this CPU's vectors hold as many floats (the CPU
     schedule makes the same kernels for both)."""
-    from ._core.cpu_schedules import vector_lanes
+    from ._core.tuning import vector_lanes
 
     why = cannot_run_here(target)
     if why is None and vector_lanes(_llvm(target)) == vector_lanes(_llvm(None)):

@@ -39,7 +39,6 @@ from ..errors import (
     reason_sentence,
 )
 from .compile_cache import code_target
-from .cpu_schedules import schedule_kernels
 from .crash_guards import guard, missing_symbols
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kept_builds import KeptBuilds
@@ -48,6 +47,7 @@ from .offload import TORCH, check_offload, offload_to_torch
 from .options import TARGET_ENV, default_target
 from .tables import text_table
 from .target_text import check_cpu, target_config
+from .tuning.cpu_schedules import schedule_kernels
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
 _NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")

@@ -13,7 +13,7 @@ as one `ModuleParts` (module_parts.py), and delegates:
   the latest call of each function;
 - features, each a function of the parts in its own module: `trace`
   (tracing.py), `compare` (comparing.py), `time` (timing.py),
-  `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning.py),
+  `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning/),
   `export` (exporting.py), `script`/`edit_text` (script_text.py).
 
 What it owns itself is the one rule that ties the parts together, `_commit`:
@@ -51,7 +51,6 @@ from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable
-from .function_tuning import KernelSchedules, schedules_dir
 from .importing import added_contribution, binding_site, import_torch
 from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
@@ -85,8 +84,7 @@ class LiveModule(UpstreamInterface):
         build = Build(self.options, self.stats, persistent_cache, name)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end_port.compile_hook(self)
-        tuned = schedules_dir(persistent_cache, name, build.target)
-        schedules = KernelSchedules(tuned, build.target)
+        schedules = tuning.kernel_schedules(persistent_cache, name, build.target)
         build.after_pipeline = schedules.apply
         calls = CallTable(self.stats, vars(self))
         compiler = Compiler(build, PyFuncBridge(calls, name))

@@ -211,10 +211,10 @@ def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
-    from .._core.function_tuning import FunctionTuningReport
     from .._core.lowering import KernelList
     from .._core.timing import Timing
     from .._core.tracing import Trace
+    from .._core.tuning import TuningReport
 
     return {
         Trace: render.trace_html,
@@ -223,7 +223,7 @@ def _html_views() -> dict[type, object]:
         KernelList: render.kernels_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
-        FunctionTuningReport: render.function_tuning_html,
+        TuningReport: render.tuning_html,
     }
 
 

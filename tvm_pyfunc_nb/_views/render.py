@@ -525,7 +525,7 @@ def work_progress_html(title: str, done: int, total: int, note: str, unit: str =
     return f'<div style="{_PROGRESS}">{escape(title)}: {bar} {counted}{detail}</div>'
 
 
-def function_tuning_html(report) -> str:
+def tuning_html(report) -> str:
     return _titled(report.summary(), table_html(report.HEADER, report.table_rows()))
 
 
