@@ -37,6 +37,7 @@ from . import (
     exporting,
     front_end_port,
     lowering,
+    profiling,
     script_text,
     timing,
     tracing,
@@ -310,6 +311,12 @@ class LiveModule(UpstreamInterface):
         """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
         clock); `against=callable` times a reference on the same inputs and shows the ratio."""
         return timing.time_function(self._parts, fn, args, number, repeat, against)
+
+    def profile(self, fn: str, *args, number=10, repeat=5) -> profiling.Profile:
+        """Time every kernel Relax function `fn` launches on `args` (TIR kernels, PyTorch calls,
+        pyfuncs; the VM's own work apart): a table slowest first, with the bindings and PyTorch
+        ops fused into each and where they came from."""
+        return profiling.profile(self._parts, fn, args, number, repeat)
 
     def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or

@@ -213,6 +213,7 @@ def _html_views() -> dict[type, object]:
     from .._core.comparing import Comparison
     from .._core.function_tuning import FunctionTuningReport
     from .._core.lowering import KernelList
+    from .._core.profiling import Profile
     from .._core.timing import Timing
     from .._core.tracing import Trace
 
@@ -221,6 +222,7 @@ def _html_views() -> dict[type, object]:
         Comparison: render.comparison_html,
         Timing: render.timing_html,
         KernelList: render.kernels_html,
+        Profile: render.profile_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
         FunctionTuningReport: render.function_tuning_html,

@@ -480,6 +480,25 @@ def timing_html(timing) -> str:
     return _titled(timing.verdict(), *parts)
 
 
+def profile_html(profile) -> str:
+    """The profile's table, a bar in each row for its share of the total."""
+    header = profile.table_header()
+    head = "".join(f'<th style="{_CELL}">{escape(h)}</th>' for h in ("", *header))
+    body = []
+    for row, cells in zip(profile.rows, profile.table_rows(), strict=True):
+        width = round(100 * row.share)
+        colour = _PROFILE_COLOURS.get(row.kind, "#888")
+        bar = (
+            f'<span style="display:inline-block;width:8em;height:0.7em;vertical-align:middle">'
+            f'<span style="display:block;height:100%;width:{width}%;background:{colour}">'
+            "</span></span>"
+        )
+        tds = "".join(f'<td style="{_CELL}">{escape(c)}</td>' for c in cells)
+        body.append(f'<tr><td style="{_CELL}">{bar}</td>{tds}</tr>')
+    table = f'<table style="{_FONT}{_TABLE}"><tr>{head}</tr>{"".join(body)}</table>'
+    return _titled(profile.summary(), table)
+
+
 def stats_html(stats) -> str:
     header = ("function", "compiles", "compile time", "from memory", "from disk")
     return _titled(stats.summary(), table_html(header, stats.rows()))
@@ -530,5 +549,11 @@ def function_tuning_html(report) -> str:
 
 
 _MARKED = "background:rgba(176,0,32,0.10);"
+_PROFILE_COLOURS = {
+    "kernel": _KIND_COLOURS[PRIMFUNC],
+    "PyTorch call": "#ee4c2c",
+    "pyfunc": _KIND_COLOURS[PYFUNC],
+    "VM": "#888",
+}
 _PASSED = _FONT + "color:#2e7d32;font-weight:bold;"
 _FAILED = _FONT + "color:#b00020;font-weight:bold;"
