@@ -212,6 +212,7 @@ def _html_views() -> dict[type, object]:
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
     from .._core.function_tuning import FunctionTuningReport
+    from .._core.kernel_compare import KernelComparison
     from .._core.lowering import KernelList
     from .._core.profiling import Profile
     from .._core.timing import Timing
@@ -220,6 +221,7 @@ def _html_views() -> dict[type, object]:
     return {
         Trace: render.trace_html,
         Comparison: render.comparison_html,
+        KernelComparison: render.kernel_comparison_html,
         Timing: render.timing_html,
         KernelList: render.kernels_html,
         Profile: render.profile_html,

@@ -444,8 +444,8 @@ def _titled(title: str, *parts: str) -> str:
 
 
 def trace_html(trace) -> str:
-    title = f"trace of {trace.function}: {len(trace)} intermediates"
-    return _titled(title, table_html(trace.header(), trace.table_rows()))
+    marked = len(trace) - 1 if trace.stopped is not None else None
+    return _titled(trace.title(), table_html(trace.header(), trace.table_rows(), marked))
 
 
 def comparison_html(comparison) -> str:
@@ -466,6 +466,19 @@ def comparison_html(comparison) -> str:
     elif comparison.why_not_op_by_op:
         parts.append(_muted(escape(comparison.why_not_op_by_op), "div"))
     return _titled(f"compare {comparison.function}", *parts)
+
+
+def kernel_comparison_html(comparison) -> str:
+    first = comparison.first_divergence
+    verdict_style = _PASSED if comparison.passed and first is None else _FAILED
+    marked = comparison.checks.index(first) if first is not None else None
+    parts = [
+        f'<div style="{verdict_style}">{escape(comparison.verdict())}</div>',
+        table_html(("output", "max abs", "max rel", ""), comparison.output_rows()),
+        _muted(f"kernel by kernel: each launch against {comparison.reference_of_bindings}", "div"),
+        table_html(comparison.kernel_header(), comparison.kernel_rows(), marked),
+    ]
+    return _titled(f"compare {comparison.function} by kernel", *parts)
 
 
 def kernels_html(kernels) -> str:
