@@ -216,6 +216,13 @@ class Trace(Mapping[str, torch.Tensor]):
             (*row, site.short() if (site := self.where.get(row[0])) else "") for row in self.rows()
         ]
 
+    def stopped_at(self, found: NonFinite) -> None:
+        """Keep the intermediates up to `found`'s binding, where the trace stops."""
+        self.stopped = found
+        names = [v.name for v in self.intermediates]
+        self.intermediates = self.intermediates[: names.index(found.binding) + 1]
+        self._by_name = {v.name: v.value for v in self.intermediates}
+
     def title(self) -> str:
         """`trace of f: 12 intermediates`, and where it stopped when asked to stop."""
         head = f"trace of {self.function}: {len(self)} intermediates"
@@ -300,8 +307,4 @@ def stop(traced: Trace, func: relax.Function, args: tuple, stop_at: str) -> None
     found = first_nonfinite(func, traced, params, traced.where.get)
     if found is None:
         return
-    traced.stopped = found
-    names = [v.name for v in traced.intermediates]
-    kept = traced.intermediates[: names.index(found.binding) + 1]
-    traced.intermediates = kept
-    traced._by_name = {v.name: v.value for v in kept}
+    traced.stopped_at(found)
