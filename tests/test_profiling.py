@@ -57,13 +57,13 @@ def modules():
     model, x = Mlp().eval(), torch.randn(4, 16)
     offloaded = LiveModule("net", offload="torch")
     offloaded.add_torch(model, (x,))
-    yield cell, offloaded, x
+    yield cell, offloaded, x, model
     cell.close()
     offloaded.close()
 
 
 def test_a_row_per_kernel_and_pyfunc_the_vm_apart_slowest_first(modules):
-    cell, _, _ = modules
+    cell = modules[0]
     x = torch.ones(4)
     found = cell.profile("f", x, number=2, repeat=2)
     kinds = {r.kernel: r.kind for r in found.rows}
@@ -85,7 +85,7 @@ def test_a_row_per_kernel_and_pyfunc_the_vm_apart_slowest_first(modules):
 
 
 def test_pytorch_calls_are_rows_with_the_ops_and_lines_fused_into_them(modules):
-    _, offloaded, x = modules
+    _, offloaded, x, _ = modules
     found = offloaded.profile("main", x, number=2, repeat=2)
     linear = next(r for r in found.rows if r.kernel == "torch.linear")
     assert (linear.kind, linear.calls) == ("PyTorch call", 2)
@@ -101,7 +101,7 @@ def test_pytorch_calls_are_rows_with_the_ops_and_lines_fused_into_them(modules):
 
 
 def test_bad_inputs_are_the_packages_errors_and_the_module_keeps_working(modules):
-    cell, _, _ = modules
+    cell = modules[0]
     x = torch.ones(4)
     with pytest.raises(UnknownFunctionError, match="nope"):
         cell.profile("nope", x)
@@ -114,3 +114,20 @@ def test_bad_inputs_are_the_packages_errors_and_the_module_keeps_working(modules
     with pytest.raises(CallError, match="at least 1"):
         cell.profile("f", x, repeat=0)
     assert torch.equal(cell.f(x), torch.full((4,), 8.0))
+
+
+def test_compare_by_kernel_checks_pytorch_calls_and_pyfuncs_like_kernels(modules):
+    cell, offloaded, x, model = modules
+    found = offloaded.compare("main", model, x, by="kernel")
+    assert found.first_divergence is None and found.passed
+    linear = [c for c in found.checks if c.kernel == "torch.linear"]
+    assert len(linear) == 2 and linear[0].diff.passed  # fc1's; fc2's writes `gv`, no FX node
+    assert all(c.diff.passed for c in found.checks if c.diff is not None)
+    ones = torch.ones(4)
+    found = cell.compare("f", lambda v: (v + 1) * 4, ones, by="kernel")
+    assert [(c.kernel, c.binding) for c in found.checks] == [
+        ("add_one", "y"),
+        ("doubled", "z"),
+        ("add", "gv2"),
+    ]
+    assert found.first_divergence is None and "optional pass off" in repr(found)

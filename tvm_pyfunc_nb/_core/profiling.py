@@ -207,7 +207,7 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
     if number < 1 or repeat < 1:
         raise CallError("profile: number and repeat must be at least 1", function=fn)
     entry = parts.entry(fn, kind=RELAX, needed_by="profile")
-    if not parts.runner.on_this_cpu and parts.options.rpc:
+    if parts.options.rpc:
         raise CallError(
             "profile runs the function in this process; a module with --rpc runs it on the "
             "remote device: time it there with time()",
