@@ -10,18 +10,25 @@ calls are never instrumented):
   median per call): a Python timer around a kernel of a few microseconds
   times Python more than the kernel, and leaves the next kernel a cold
   cache;
-- a PyTorch call (`--offload torch`) and a pyfunc (`R.call_py_func`) are
-  timed by the wall clock around the VM's call, the median of `repeat` runs
-  (the hook adds about a microsecond to each);
+- a PyTorch call (`--offload torch`) writes its output: the hook makes it
+  itself, timed by the clock around it, and the VM skips it; a pyfunc
+  (`R.call_py_func`) returns a value, so the clock runs from the hook before
+  the VM's call to the hook after it (a few µs of the hook's own, turning the
+  result into Python objects, included); each the median of `repeat` runs;
 - the VM's own work, its builtins (allocation, shape checks, views) and the
   dispatch of every call, is one row apart: what `time()` measures of the
   whole function beyond the other rows (0 if they already cover it).
 
-So the rows' total is `time()`'s median unless the measured rows exceed it:
-on tiny BERT (108 kernel calls, 150 µs a call on one thread) the kernels
-sum to about 80 % of `time()`, the VM the rest; with `--offload torch` the
-PyTorch calls' own hook overhead (about 1 µs each) can take the total a few
-percent above `time()`, which `.time` keeps for comparison.
+So the rows' total is `time()`'s median, taken in the same call, unless the
+measured rows exceed it; `.time` keeps that median. How far the measured
+rows are from it (2 cores, this machine): on tiny BERT (20 kernels, 46 to
+108 launches, about 150 µs a call on one thread, idle machine) the kernels
+sum to 75-85 % of `time()` and the VM's row is the rest (133 to 379 builtin
+calls); with `--offload torch` each PyTorch call carries about 1 µs of the
+hook's own (a Python call into it), which the VM's row absorbs. Against a
+`time()` taken separately, the total agrees within `time()`'s own noise; on
+a loaded machine (load 5 on 2 cores) both vary by 10 % to several times
+from one call to the next, so compare shares, not totals, there.
 """
 
 from __future__ import annotations
