@@ -24,7 +24,8 @@ from tvm_pyfunc_nb._views import render
 
 HERE = os.path.basename(__file__)
 pytestmark = pytest.mark.usefixtures("frozen_heap")
-WRONG = "test_wrong_log"  # the custom pipeline's name
+WRONG = "test_wrong_log"  # the custom pipelines' names
+NEGATED = "test_negated_log"
 
 
 class SoftPlusOne(torch.nn.Module):
@@ -62,22 +63,30 @@ def soft(x: R.Tensor((2, 4), "float32")) -> R.Tensor((2, 4), "float32"):
 """
 
 
-@tvm.transform.module_pass(opt_level=0, name="LogOfXMinusOne")
-def log_of_x_minus_one(mod, ctx):
-    """The kernels with a log: their `+ 1.0` becomes `+ -1.0` (a fault a pass could make)."""
-    functions = {}
-    for gv, func in mod.functions_items():
-        if isinstance(func, tvm.tirx.PrimFunc) and "log" in gv.name_hint:
-            text = func.script().replace("T.float32(1.0)", "T.float32(-1.0)")
-            func = tvm.script.from_source(text).with_attrs(func.attrs)
-        functions[gv] = func
-    return tvm.IRModule(functions, attrs=mod.attrs)
+def rewriting_log_kernels(name: str, old: str, new: str):
+    """A pass that makes every kernel with a log compute otherwise: `old` text becomes `new`
+    (a fault a hand-written pass could make)."""
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def rewrite(mod, ctx):
+        functions = {}
+        for gv, func in mod.functions_items():
+            if isinstance(func, tvm.tirx.PrimFunc) and "log" in gv.name_hint:
+                text = func.script().replace(old, new)
+                func = tvm.script.from_source(text).with_attrs(func.attrs)
+            functions[gv] = func
+        return tvm.IRModule(functions, attrs=mod.attrs)
+
+    return lambda: tvm.transform.Sequential([relax.get_pipeline("zero"), rewrite])
 
 
 @pytest.fixture(scope="module")
 def modules():
-    PIPELINE_MAP[WRONG] = lambda: tvm.transform.Sequential(
-        [relax.get_pipeline("zero"), log_of_x_minus_one]
+    PIPELINE_MAP[WRONG] = rewriting_log_kernels(
+        "LogOfXMinusOne", "T.float32(1.0)", "T.float32(-1.0)"
+    )
+    PIPELINE_MAP[NEGATED] = rewriting_log_kernels(
+        "LogOfMinusX", "T.log(", "T.log(T.float32(-1.0) * "
     )
     torch.manual_seed(0)
     soft, x = SoftPlusOne().eval(), torch.randn(3, 8)
@@ -85,14 +94,24 @@ def modules():
     wrong.add_torch(soft, (x,))
     cell = LiveModule("cell", pipeline=WRONG)
     cell.run_cell(CELL)
+    negated = LiveModule("negated", pipeline=NEGATED)
+    negated.add_torch(soft, (x,))
     right = LiveModule("right", pipeline="target")
     right.add_torch(soft, (x,))
     nan = LogOfNegative().eval()
     plain = LiveModule("plain")
     plain.add_torch(nan, (x,))
-    yield {"wrong": (wrong, soft), "right": right, "cell": cell, "nan": (plain, nan), "x": x}
+    yield {
+        "wrong": (wrong, soft),
+        "negated": negated,
+        "right": right,
+        "cell": cell,
+        "nan": (plain, nan),
+        "x": x,
+    }
     PIPELINE_MAP.pop(WRONG, None)
-    for live in (wrong, right, cell, plain):
+    PIPELINE_MAP.pop(NEGATED, None)
+    for live in (wrong, negated, right, cell, plain):
         live.close()
 
 
@@ -163,3 +182,15 @@ def test_bad_values_of_by_and_stop_at_are_clear_errors(modules):
     with pytest.raises(CallError, match="takes 1 argument"):
         wrong.compare("main", model, by="kernel")
     assert wrong.main(x).shape == (3, 8)  # the module still works
+
+
+def test_op_by_op_a_nan_divergence_names_the_binding_that_made_it_from_finite_inputs(modules):
+    negated, (_, model), x = modules["negated"], modules["wrong"], modules["x"]
+    found = negated.compare("main", model, x)  # log(-v): NaN wherever PyTorch's log has a number
+    first = found.first_divergence
+    assert first.op == "log" and "NaN where PyTorch has numbers" in first.diff.note
+    assert found.nonfinite is not None and found.nonfinite.binding == first.binding
+    span = dict(found.nonfinite.inputs)[found.nonfinite.inputs[0][0]]
+    assert float(span.strip("[]").split(", ")[0]) >= 1.0  # relu(...) + 1: finite, at least 1
+    assert "; the first non-finite value: `" in found.verdict()
+    assert f"{HERE}:" in found.verdict()
