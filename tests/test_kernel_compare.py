@@ -190,7 +190,7 @@ def test_op_by_op_a_nan_divergence_names_the_binding_that_made_it_from_finite_in
     first = found.first_divergence
     assert first.op == "log" and "NaN where PyTorch has numbers" in first.diff.note
     assert found.nonfinite is not None and found.nonfinite.binding == first.binding
-    span = dict(found.nonfinite.inputs)[found.nonfinite.inputs[0][0]]
+    span = found.nonfinite.inputs[0][1]
     assert float(span.strip("[]").split(", ")[0]) >= 1.0  # relu(...) + 1: finite, at least 1
     assert "; the first non-finite value: `" in found.verdict()
     assert f"{HERE}:" in found.verdict()
