@@ -12,7 +12,8 @@ as one `ModuleParts` (module_parts.py), and delegates:
 - the `CallTable` (call_table.py): the fast callables (callables.py) and
   the latest call of each function;
 - features, each a function of the parts in its own module: `trace`
-  (tracing.py), `compare` (comparing.py), `time` (timing.py),
+  (tracing.py), `compare` (comparing.py; `by="kernel"`: kernel_compare.py),
+  `time` (timing.py), `profile` (profiling.py),
   `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning.py),
   `export` (exporting.py), `script`/`edit_text` (script_text.py).
 
