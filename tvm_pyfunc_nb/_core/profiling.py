@@ -10,8 +10,9 @@ calls are never instrumented):
   median per call): a Python timer around a kernel of a few microseconds
   times Python more than the kernel, and leaves the next kernel a cold
   cache;
-- a PyTorch call (`--offload torch`) writes its output: the hook makes it
-  itself, timed by the clock around it, and the VM skips it; a pyfunc
+- a PyTorch call (`--offload torch`) writes its output only: the hook makes
+  it itself and the VM skips it, `number` calls `repeat` times over in the
+  first run, by the clock around them, the median per call; a pyfunc
   (`R.call_py_func`) returns a value, so the clock runs from the hook before
   the VM's call to the hook after it (a few µs of the hook's own, turning the
   result into Python objects, included); each the median of `repeat` runs;
@@ -21,14 +22,15 @@ calls are never instrumented):
 
 So the rows' total is `time()`'s median, taken in the same call, unless the
 measured rows exceed it; `.time` keeps that median. How far the measured
-rows are from it (2 cores, this machine): on tiny BERT (20 kernels, 46 to
-108 launches, about 150 µs a call on one thread, idle machine) the kernels
-sum to 75-85 % of `time()` and the VM's row is the rest (133 to 379 builtin
-calls); with `--offload torch` each PyTorch call carries about 1 µs of the
-hook's own (a Python call into it), which the VM's row absorbs. Against a
-`time()` taken separately, the total agrees within `time()`'s own noise; on
-a loaded machine (load 5 on 2 cores) both vary by 10 % to several times
-from one call to the next, so compare shares, not totals, there.
+rows are from it, on this project's 2-core machine, load about 2: on tiny
+BERT (20 to 43 kernels, 46 to 108 launches, about 150 µs a call on one
+thread) the kernels sum to 70-80 % of `time()`, the VM's row (133 to 379
+builtin calls) is the rest; with `--offload torch` kernels and PyTorch calls
+sum to 87-90 %; tiny GPT-2's kernels to 50-75 %. Against a `time()` taken
+separately right after, the total was within 6 % for BERT (0.94-1.04 in five
+runs each, with and without offload) and GPT-2 (0.92-1.04, one run at 1.42):
+`time()`'s own noise. On a loaded machine (load 5) both vary by 10 % to
+several times from one call to the next: compare shares, not totals, there.
 """
 
 from __future__ import annotations
@@ -168,11 +170,18 @@ class _Hook:
         return 0
 
     def _time_call(self, symbol: str, func, args) -> None:
-        start = time.perf_counter()
-        func(*args)
-        seconds = time.perf_counter() - start
+        """A PyTorch call, made here: in the first run `number` times, `repeat` times over
+        (it writes only its output), the median per call; later, once."""
         if not self.timing_kernels:
-            self.per_run[symbol].append(seconds)
+            func(*args)
+            return
+        samples = []
+        for _ in range(self.repeat):
+            start = time.perf_counter()
+            for _ in range(self.number):
+                func(*args)
+            samples.append((time.perf_counter() - start) / self.number)
+        self._tally(symbol, statistics.median(samples))
 
     def _name(self, symbol: str, args) -> str:
         if symbol == CALL_PY_FUNC:  # its first argument: (registered name, its arguments)
@@ -187,7 +196,10 @@ class _Hook:
             )
             self.evaluators[symbol] = evaluator
         copies = [_copy(a) for a in args]  # a kernel may write into what it reads
-        seconds = statistics.median(float(s) for s in evaluator(*copies).results)
+        self._tally(symbol, statistics.median(float(s) for s in evaluator(*copies).results))
+
+    def _tally(self, symbol: str, seconds: float) -> None:
+        """One launch timed on its own (a kernel, a PyTorch call): seconds per call."""
         tally = self.tallies.setdefault(symbol, _Tally(KERNEL, seconds=[]))
         tally.calls += 1
         tally.seconds.append(seconds)
@@ -247,14 +259,15 @@ def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> l
     found: dict[str, list] = {}  # row name -> [kind, calls, seconds, call sites]
     vm_calls = 0
     for name, tally in tallies.items():
-        if tally.kind == KERNEL:
+        if name.startswith(PREFIX):
+            row, kind, callee = name.removeprefix(PREFIX), TORCH_CALL, name
+            seconds = sum(tally.seconds)
+        elif tally.kind == KERNEL:
             row, kind, callee = name, KERNEL, name
             seconds = sum(tally.seconds)
         else:
             seconds = statistics.median(tally.seconds)
-            if name.startswith(PREFIX):
-                row, kind, callee = name.removeprefix(PREFIX), TORCH_CALL, name
-            elif name.startswith(f"{CALL_PY_FUNC}:"):
+            if name.startswith(f"{CALL_PY_FUNC}:"):
                 callee = name.split(":", 1)[1]
                 row, kind = pyfuncs.get(callee, callee), PYFUNC_CALL
             else:
