@@ -130,20 +130,19 @@ class Profile:
 class _Tally:
     """What the hook saw of one callee over the runs."""
 
-    kind: str
+    alone: bool  # timed on its own (a kernel, a PyTorch call), not inside the run
     calls: int = 0  # in one run
-    seconds: list[float] | None = None  # per run (wall clock), or per call (kernels)
+    seconds: list[float] | None = None  # per call (timed alone), or per run
 
 
 class _Hook:
-    """The instrument: kernels timed in C++ on copies of their arguments (first run), the other
-    calls by the wall clock around them (the runs after)."""
+    """The instrument: in the first run, kernels and PyTorch calls timed on their own; in the
+    runs after, pyfuncs and the VM's builtins by the clock around the VM's call."""
 
     def __init__(self, kernels: Mapping[str, object], skip: set[str], device, number, repeat):
         self.kernels, self.skip, self.device = kernels, skip, device
         self.number, self.repeat = number, repeat
-        self.timing_kernels = True
-        self.run = 0
+        self.first_run = True
         self.tallies: dict[str, _Tally] = {}
         self.per_run: dict[str, list[float]] = defaultdict(list)  # callee -> seconds, this run
         self.evaluators: dict[str, Callable] = {}
@@ -152,7 +151,7 @@ class _Hook:
     def __call__(self, func, symbol, before, ret, *args):
         symbol = str(symbol)
         if symbol in self.kernels:
-            if before and self.timing_kernels:
+            if before and self.first_run:
                 self._time_kernel(symbol, args)
             return 0
         if symbol in self.skip:  # another Relax function: its own calls are counted
@@ -165,14 +164,14 @@ class _Hook:
             self.started = time.perf_counter()
             return 0
         seconds = time.perf_counter() - self.started
-        if not self.timing_kernels:
+        if not self.first_run:
             self.per_run[self._name(symbol, args)].append(seconds)
         return 0
 
     def _time_call(self, symbol: str, func, args) -> None:
         """A PyTorch call, made here: in the first run `number` times, `repeat` times over
         (it writes only its output), the median per call; later, once."""
-        if not self.timing_kernels:
+        if not self.first_run:
             func(*args)
             return
         samples = []
@@ -200,18 +199,18 @@ class _Hook:
 
     def _tally(self, symbol: str, seconds: float) -> None:
         """One launch timed on its own (a kernel, a PyTorch call): seconds per call."""
-        tally = self.tallies.setdefault(symbol, _Tally(KERNEL, seconds=[]))
+        tally = self.tallies.setdefault(symbol, _Tally(True, seconds=[]))
         tally.calls += 1
         tally.seconds.append(seconds)
 
     def end_run(self) -> None:
-        if not self.timing_kernels:
+        if not self.first_run:
             for name, seconds in self.per_run.items():
-                tally = self.tallies.setdefault(name, _Tally("", seconds=[]))
+                tally = self.tallies.setdefault(name, _Tally(False, seconds=[]))
                 tally.calls = len(seconds)
                 tally.seconds.append(sum(seconds))
         self.per_run = defaultdict(list)
-        self.timing_kernels = False
+        self.first_run = False
 
 
 def _copy(value):
@@ -262,7 +261,7 @@ def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> l
         if name.startswith(PREFIX):
             row, kind, callee = name.removeprefix(PREFIX), TORCH_CALL, name
             seconds = sum(tally.seconds)
-        elif tally.kind == KERNEL:
+        elif tally.alone:
             row, kind, callee = name, KERNEL, name
             seconds = sum(tally.seconds)
         else:
