@@ -261,6 +261,8 @@ class Build:
         # a compile says about a kernel: a model's module and source line
         self.site_of: Callable[[str, str], object] | None = None
         self._noticed: set[str] = set()  # kernels whose schedule fallback was said already
+        # False: the pipeline's kernels keep TVM's default schedule (a reference build's)
+        self.scheduled = True
 
     # -- PrimFuncs -----------------------------------------------------------------
     def kernels(
@@ -483,7 +485,7 @@ class Build:
         start = time.perf_counter()
         try:
             with self._compiling("vm", names):
-                lowered, recorded = self._lowered(mod)
+                lowered, recorded = self._lowered(mod, scheduled=self.scheduled)
             builder = relax.ExecBuilder()
             leftover = _vmcodegen(builder, lowered)
         except Exception as err:

@@ -40,7 +40,7 @@ from .cells import RELAX
 from .importing import NodeRef, TorchOrigin
 from .module_parts import ModuleParts
 from .tables import text_table
-from .tracing import Trace, trace
+from .tracing import NonFinite, Trace, inputs_of, stop, trace
 
 # Units in the last place one op may be off by on its own (before its reduction's sqrt(n)).
 ROUNDING_ULPS = 8
@@ -133,6 +133,11 @@ class Comparison:
     ops: list[OpCheck] | None = None  # None: not compared op by op
     why_not_op_by_op: str = ""
     output_names: list[str] = field(default_factory=list)  # `logits`, `0`, `1.0`: PyTorch's
+    nonfinite: NonFinite | None = None  # where the first divergence's NaN comes from
+
+    def nonfinite_text(self) -> str:
+        """What the verdict adds when the first divergence is a NaN: where it starts."""
+        return f"; the first non-finite value: {self.nonfinite}" if self.nonfinite else ""
 
     @property
     def passed(self) -> bool:
@@ -199,6 +204,7 @@ class Comparison:
                 f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
+            error += self.nonfinite_text()
             if self.passed:
                 return f"{self._within()}, but {which} diverges: {error}"
             return f"first divergence: {which}: {error}"
@@ -277,7 +283,7 @@ def op_checks(
     checks = []
     for traced in trace.intermediates:
         value = calls.get(traced.name)
-        inputs = _inputs(value)
+        inputs = inputs_of(value)
         inherited = max((error.get(name, 0.0) for name in inputs), default=0.0)
         node = origin.bindings.get(traced.name)
         expected = None
@@ -294,17 +300,6 @@ def op_checks(
         error[traced.name] = max(inherited, diff.relative_to_scale if diff else 0.0)
         checks.append(OpCheck(traced.name, traced.op, node, diff))
     return checks
-
-
-def _inputs(value) -> list[str]:
-    """The bindings and parameters a binding's value reads."""
-    if isinstance(value, relax.Call):
-        return [name for arg in value.args for name in _inputs(arg)]
-    if isinstance(value, relax.Tuple):
-        return [name for item in value.fields for name in _inputs(item)]
-    if isinstance(value, relax.TupleGetItem):
-        return _inputs(value.tuple_value)
-    return [value.name] if isinstance(value, relax.Var) else []
 
 
 def _reduction(value, shapes: Mapping[str, tuple], out: tuple) -> int:
@@ -380,5 +375,11 @@ def compare(
         )
     traced = trace(parts, fn, args)
     names, outputs = output_differences(traced.output, expected, rtol, atol)
-    ops = op_checks(traced, parts.entry(fn).func, origin, args, rtol, atol)
-    return Comparison(parts.name, fn, rtol, atol, outputs, ops, output_names=names)
+    func = parts.entry(fn).func
+    ops = op_checks(traced, func, origin, args, rtol, atol)
+    result = Comparison(parts.name, fn, rtol, atol, outputs, ops, output_names=names)
+    first = result.first_divergence
+    if first is not None and "NaN" in first.diff.note:
+        stop(traced, func, args, "nonfinite")
+        result.nonfinite = traced.stopped
+    return result

@@ -444,8 +444,8 @@ def _titled(title: str, *parts: str) -> str:
 
 
 def trace_html(trace) -> str:
-    title = f"trace of {trace.function}: {len(trace)} intermediates"
-    return _titled(title, table_html(trace.header(), trace.table_rows()))
+    marked = len(trace) - 1 if trace.stopped is not None else None
+    return _titled(trace.title(), table_html(trace.header(), trace.table_rows(), marked))
 
 
 def comparison_html(comparison) -> str:
@@ -468,6 +468,19 @@ def comparison_html(comparison) -> str:
     return _titled(f"compare {comparison.function}", *parts)
 
 
+def kernel_comparison_html(comparison) -> str:
+    first = comparison.first_divergence
+    verdict_style = _PASSED if comparison.passed and first is None else _FAILED
+    marked = comparison.checks.index(first) if first is not None else None
+    parts = [
+        f'<div style="{verdict_style}">{escape(comparison.verdict())}</div>',
+        table_html(("output", "max abs", "max rel", ""), comparison.output_rows()),
+        _muted(f"kernel by kernel: each launch against {comparison.reference_of_bindings}", "div"),
+        table_html(comparison.kernel_header(), comparison.kernel_rows(), marked),
+    ]
+    return _titled(f"compare {comparison.function} by kernel", *parts)
+
+
 def kernels_html(kernels) -> str:
     title = f"{kernels.function} runs {kernels.count_text()}"
     return _titled(title, table_html(kernels.header, kernels.rows()))
@@ -478,6 +491,25 @@ def timing_html(timing) -> str:
     if timing.note:
         parts.append(_muted(escape(timing.note), "div"))
     return _titled(timing.verdict(), *parts)
+
+
+def profile_html(profile) -> str:
+    """The profile's table, a bar in each row for its share of the total."""
+    header = profile.table_header()
+    head = "".join(f'<th style="{_CELL}">{escape(h)}</th>' for h in ("", *header))
+    body = []
+    for row, cells in zip(profile.rows, profile.table_rows(), strict=True):
+        width = round(100 * row.share)
+        colour = _PROFILE_COLOURS.get(row.kind, "#888")
+        bar = (
+            f'<span style="display:inline-block;width:8em;height:0.7em;vertical-align:middle">'
+            f'<span style="display:block;height:100%;width:{width}%;background:{colour}">'
+            "</span></span>"
+        )
+        tds = "".join(f'<td style="{_CELL}">{escape(c)}</td>' for c in cells)
+        body.append(f'<tr><td style="{_CELL}">{bar}</td>{tds}</tr>')
+    table = f'<table style="{_FONT}{_TABLE}"><tr>{head}</tr>{"".join(body)}</table>'
+    return _titled(profile.summary(), table)
 
 
 def stats_html(stats) -> str:
@@ -530,5 +562,11 @@ def tuning_html(report) -> str:
 
 
 _MARKED = "background:rgba(176,0,32,0.10);"
+_PROFILE_COLOURS = {
+    "kernel": _KIND_COLOURS[PRIMFUNC],
+    "PyTorch call": "#ee4c2c",
+    "pyfunc": _KIND_COLOURS[PYFUNC],
+    "VM": "#888",
+}
 _PASSED = _FONT + "color:#2e7d32;font-weight:bold;"
 _FAILED = _FONT + "color:#b00020;font-weight:bold;"
