@@ -33,6 +33,7 @@ from typing import Any
 import tvm
 
 from . import (
+    bisecting,
     comparing,
     exporting,
     front_end_port,
@@ -289,6 +290,12 @@ class LiveModule(UpstreamInterface):
         """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's
         error, pass/fail; op by op when `fn` came from `add_torch(reference)`."""
         return comparing.compare(self._parts, fn, reference, args, rtol, atol)
+
+    def bisect(self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6) -> bisecting.Bisection:
+        """The first optional pass of `fn`'s build (Relax pipeline, then TIR) that changes its
+        numbers on `args` or crashes, found by building in a child process with passes 1..k on;
+        `.save("repro.py")` writes a standalone file that shows it (bisecting.py says more)."""
+        return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc
