@@ -57,9 +57,13 @@ def _load(text):
         return {{key: data[key] for key in data.files}}
 
 
-consts = types.SimpleNamespace(
-    **{{k: relax.const(tvm.runtime.tensor(a)) for k, a in _load({weights!r}).items()}}
-)
+def _constants(text):
+    return types.SimpleNamespace(
+        **{{k: relax.const(tvm.runtime.tensor(a)) for k, a in _load(text).items()}}
+    )
+
+
+consts = _constants({weights!r})  # the weights of the IR below
 
 # The IR right before {pass_name}
 {before}
@@ -99,6 +103,7 @@ if __name__ == "__main__":
 '''
 
 _OWN_PASS = """# {pass_name} is not TVM's (the notebook's own): written as the IR it returned
+after_consts = _constants({weights!r})
 {after}
 
 PASS = tvm.transform.module_pass(lambda mod, ctx: {after_module}, opt_level=0, name={name!r})"""
@@ -135,12 +140,13 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         return Repro(
             missing=f"{culprit.name} is not TVM's and crashed: a repro would need its code"
         )
-    consts = ConstantTable()
-    before_text = _script("Before", before, consts)
+    before_text, weights = _script("Before", before, "consts.")
     if own is None:
+        after_text, after_weights = _script("After", after, "after_consts.")
         pass_text = _OWN_PASS.format(
             pass_name=culprit.name,
-            after=_script("After", after, consts),
+            weights=_npz(after_weights),
+            after=after_text,
             after_module="After",
             name=culprit.name,
         )
@@ -152,7 +158,6 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         if run.index > culprit.index and run.phase == PIPELINE and _tvm_pass(run.name)
         and run.name in set(result.needed)
     ]  # fmt: skip
-    weights = {name: consts.numpy(name) for name in consts}
     text = _TEMPLATE.format(
         title=f"{culprit.name} {'crashes' if result.outcome == 'crashed' else 'changes'} "
         f"the numbers of `{search.fn}`"
@@ -187,10 +192,13 @@ def _tvm_pass(name: str) -> str | None:
     return f"relax.transform.{name}()"
 
 
-def _script(name: str, ir_json: str, consts: ConstantTable) -> str:
-    """The module of `ir_json` as a class `name` of TVMScript, weights as `consts.<name>`."""
-    text = module_text(name, tvm.ir.load_json(ir_json), consts, {}, "consts.")
-    return text.replace("from __future__ import annotations\n", "")
+def _script(name: str, ir_json: str, prefix: str) -> tuple[str, dict[str, np.ndarray]]:
+    """The module of `ir_json` as a class `name` of TVMScript, each weight written
+    `<prefix><its name>`, and the weights by name."""
+    consts = ConstantTable()
+    text = module_text(name, tvm.ir.load_json(ir_json), consts, {}, prefix)
+    weights = {k: consts.numpy(k) for k in consts}
+    return text.replace("from __future__ import annotations\n", ""), weights
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> str:

@@ -409,7 +409,7 @@ def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, li
     if len(args) != len(params):
         raise CallError(
             f"bisect: `{fn}` takes {len(params)} argument(s) "
-            f"({', '.join(p.name_hint for p in params)}), {len(args)} given",
+            f"({', '.join(p.name for p in params)}), {len(args)} given",
             function=fn,
         )
     state = parts.state
@@ -506,7 +506,7 @@ def _search(search: _Search, result: Bisection, step) -> None:
     """Binary search between the last good k and the first bad one; then the IR before and
     after the pass at fault."""
     n = len(search.passes)
-    lo, hi = 0, n
+    lo, hi = 0, _crashed_in(search, search.probes[n], n) or n
     while hi - lo > 1:
         mid = _buildable(search, lo, hi, step)
         if mid is None:  # nothing between builds: the passes in between need the last one
@@ -515,7 +515,7 @@ def _search(search: _Search, result: Bisection, step) -> None:
         if search.probes[mid].outcome == SAME:
             lo = mid
         else:
-            hi = mid
+            hi = _crashed_in(search, search.probes[mid], mid) or mid
     step(hi, f"pass {hi} of {n}: {search.passes[hi - 1].name}")
     bad = search.probes[hi]
     result.culprit, result.position, result.outcome = search.passes[hi - 1], hi, bad.outcome
@@ -528,6 +528,20 @@ def _search(search: _Search, result: Bisection, step) -> None:
     before, after = search.probe(k, snapshots=frozenset({key})).snapshots.get(key, ("", ""))
     result.changed, result.diff = _changes(before, after)
     result.repro = repro_of(search, result, before, after)
+
+
+def _crashed_in(search: _Search, probe: _Probe, k: int) -> int | None:
+    """The number of the pass that build `k` crashed in, if it is one of passes 1..k and its
+    name says which: every build with that pass on crashes there too (the passes before it
+    are the same), so the search jumps to it instead of restarting the worker on the way."""
+    if probe.outcome != CRASHED or " pass " not in probe.crash.stage:
+        return None
+    name = probe.crash.stage.split(" pass ", 1)[1]
+    found = [i + 1 for i, p in enumerate(search.passes[:k]) if p.name == name]
+    if len(found) != 1:
+        return None
+    search.probes.setdefault(found[0], probe)  # what its build would do
+    return found[0]
 
 
 def _buildable(search: _Search, lo: int, hi: int, step) -> int | None:
