@@ -18,6 +18,7 @@ import torch
 from tvm import relax
 
 from tvm_pyfunc_nb import LiveModule
+from tvm_pyfunc_nb._views import render
 from tvm_pyfunc_nb.errors import CallError, UnknownFunctionError
 
 PIPELINES = textwrap.dedent(
@@ -95,11 +96,11 @@ def model_bisected(pipelines):
     def heard(k, note):
         steps.append(k)
 
-    return live, x, bisecting.bisect(live._parts, "main", (x,), on_step=heard), steps
+    return bisecting.bisect(live._parts, "main", (x,), on_step=heard), steps
 
 
 def test_bisect_names_the_pass_that_changes_the_numbers_against_the_pytorch_model(model_bisected):
-    live, x, result, steps = model_bisected
+    result, steps = model_bisected
     assert result.culprit.name == "AddBecomesSubtract" and result.position == 1
     assert result.reference == "the PyTorch model Sequential"
     assert result.outcome == "differs"
@@ -111,14 +112,17 @@ def test_bisect_names_the_pass_that_changes_the_numbers_against_the_pytorch_mode
     assert "changes the numbers: max abs error" in text
     assert [t.outcome for t in result.tried][:2] == ["same", "differs"]  # all off, all on
     assert len(result.tried) <= 12  # a binary search, not a walk through the passes
+    html = render.bisection_html(result)
+    assert "AddBecomesSubtract" in html and "<details open>" in html
 
 
 def test_the_saved_repro_shows_the_fault_in_a_fresh_python_without_the_package(
     model_bisected, tmp_path
 ):
-    live, x, result, _ = model_bisected
+    result, _ = model_bisected
     path = result.save(str(tmp_path / "repro.py"))
-    text = open(path).read()
+    with open(path) as saved:
+        text = saved.read()
     assert "tvm_pyfunc_nb" not in text.replace("Found by tvm_pyfunc_nb", "")
     assert "consts." in text  # the weights travel with the IR
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
