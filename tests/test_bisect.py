@@ -1,9 +1,10 @@
 """`NAME.bisect`: the pass that changes a function's numbers or crashes its build, named, with
 its diff and a repro file that shows the fault in a fresh Python without this package.
 
-TVM 0.27 still has none of the miscompiles upstream reports name (apache/tvm #17835, #17876,
-#18048, #18100, #20200 were fixed or do not apply to the CPU pipeline here), so the faults are
-passes of the test's own, in a Relax pipeline, as a notebook would add them (bisecting.py)."""
+No upstream miscompile is reproduced here: apache/tvm #17835 and #17876 need ONNX models
+attached to the reports, and #18048 is about opt_level having no effect, not about wrong
+numbers. So the faults are passes of the test's own, in a Relax pipeline, as a notebook would
+add them (bisecting.py)."""
 
 from __future__ import annotations
 
