@@ -291,15 +291,25 @@ class _Search:
         """The keys that switch off the optional passes after the first `k`."""
         return skip_keys(self.runs, {p.index for p in self.passes[k:]})
 
-    def probe(self, k: int, snapshots=frozenset()) -> _Probe:
-        if k in self.probes and not snapshots:
-            return self.probes[k]
-        probe = self.build(self.off(k), snapshots)
-        self.probes[k] = probe
-        if not snapshots:
+    def probe(self, k: int) -> _Probe:
+        """The build with passes 1..k on (once), keeping the IR around pass k (before and
+        after) and pass k + 1 (the IR it would be given): when the search ends between two
+        builds, the one it ends on has the pass at fault's IR, and no build is run again."""
+        if k not in self.probes:
+            around = {p.key for p in self.passes[max(k - 1, 0) : k + 1]}
+            probe = self.build(self.off(k), frozenset(around))
+            self.probes[k] = probe
             last = self.passes[k - 1].name if k else ""
             self.tried.append(Tried(k, last, probe.outcome, _detail(probe)))
-        return probe
+        return self.probes[k]
+
+    def snapshot(self, k: int, key: PassKey) -> tuple[str, str]:
+        """The IR before and after pass `key` in the build with passes 1..k on ("" where there
+        is none: the pass was off, or the build crashed), built again if it was not kept."""
+        kept = self.probes.get(k)
+        if kept is None or key not in kept.snapshots:
+            kept = self.build(self.off(k), frozenset({key}))
+        return kept.snapshots.get(key, ("", ""))
 
 
 def _detail(probe: _Probe) -> str:
@@ -522,10 +532,10 @@ def _search(search: _Search, result: Bisection, step) -> None:
     result.differences, result.crash = bad.differences, bad.crash
     from .bisect_repro import repro_of
 
-    key = result.culprit.key  # no pass before it is off: its key is the listing's
-    # crashed: the IR it was given, from the build without it (a pass off is still shown it)
+    # no pass before it is off: its key is the listing's. Crashed: the IR it was given, from the
+    # build without it (a pass off is still shown it)
     k = hi - 1 if bad.outcome == CRASHED else hi
-    before, after = search.probe(k, snapshots=frozenset({key})).snapshots.get(key, ("", ""))
+    before, after = search.snapshot(k, result.culprit.key)
     result.changed, result.diff = _changes(before, after)
     result.repro = repro_of(search, result, before, after)
 
