@@ -16,30 +16,7 @@ import torch
 from torch import nn
 from tvm import relax
 
-from tvm_pyfunc_nb import LiveModule
-
-
-def add_becomes_subtract():
-    import tvm
-    from tvm import relax
-
-    @tvm.transform.module_pass(opt_level=0, name="AddBecomesSubtract")
-    def swap(mod, ctx):
-        add = tvm.ir.Op.get("relax.add")
-
-        @relax.expr_functor.mutator
-        class Swap(relax.PyExprMutator):
-            def visit_call_(self, call):
-                call = super().visit_call_(call)
-                return relax.op.subtract(*call.args) if call.op.same_as(add) else call
-
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                out[gv] = Swap(mod).visit_expr(func)
-        return out
-
-    return swap
+from tvm_pyfunc_nb import LiveModule, testing
 
 
 class Block(nn.Module):
@@ -55,7 +32,7 @@ class Block(nn.Module):
 
 
 def measure(repeats: int) -> dict:
-    relax.register_pipeline("bench_add_becomes_subtract")(add_becomes_subtract)
+    relax.register_pipeline("bench_add_becomes_subtract")(testing.add_becomes_subtract)
     torch.manual_seed(0)
     model = nn.Sequential(Block(64), Block(64)).eval()
     x = torch.randn(16, 64)

@@ -11,52 +11,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import torch
 from tvm import relax
 
-from tvm_pyfunc_nb import LiveModule
+from tvm_pyfunc_nb import LiveModule, testing
 from tvm_pyfunc_nb._views import render
 from tvm_pyfunc_nb.errors import CallError, UnknownFunctionError
 
-PIPELINES = textwrap.dedent(
-    """
-    def add_becomes_subtract():
-        import tvm
-        from tvm import relax
-
-        @tvm.transform.module_pass(opt_level=0, name="AddBecomesSubtract")
-        def swap(mod, ctx):
-            add = tvm.ir.Op.get("relax.add")
-
-            @relax.expr_functor.mutator
-            class Swap(relax.PyExprMutator):
-                def visit_call_(self, call):
-                    call = super().visit_call_(call)
-                    return relax.op.subtract(*call.args) if call.op.same_as(add) else call
-
-            out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-            for gv, func in mod.functions_items():
-                if isinstance(func, relax.Function):
-                    out[gv] = Swap(mod).visit_expr(func)
-            return out
-
-        return swap
-
-    def aborts():
-        import os
-        import tvm
-
-        @tvm.transform.module_pass(opt_level=0, name="Aborts")
-        def abort(mod, ctx):
-            os.abort()
-
-        return abort
-    """
-)
 RELAX = """
 @R.function
 def mlp(x: R.Tensor((8, 16), "float32"), w: R.Tensor((16, 4), "float32"),
@@ -71,13 +35,11 @@ ARGS = (torch.randn(8, 16), torch.randn(16, 4), torch.randn(4))
 
 @pytest.fixture(scope="module")
 def pipelines():
-    """Pipelines defined as in a notebook (in `__main__`): they reach the worker by value."""
+    """Pipelines of one pass at fault each, registered as a notebook would register its own."""
     from tvm.relax.pipeline import PIPELINE_MAP
 
-    namespace = {"__name__": "__main__"}
-    exec(PIPELINES, namespace)
-    for name in ("add_becomes_subtract", "aborts"):
-        relax.register_pipeline(name)(namespace[name])
+    for make in (testing.add_becomes_subtract, testing.aborts):
+        relax.register_pipeline(make.__name__)(make)
     yield
     for name in ("add_becomes_subtract", "aborts"):
         PIPELINE_MAP.pop(name)
