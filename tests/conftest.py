@@ -50,6 +50,7 @@ SECONDS = {
     "tests/browser/test_jupyterlab.py": 23,
     "tests/test_bisect.py": 45,
     "notebooks/11_finding_the_pass_that_broke_it.ipynb": 40,
+    "notebooks/11_finding_the_pass_that_broke_it.ipynb[x86-64-v3]": 40,
     "tests/test_build_worker.py": 20,
     "tests/test_bringing_in.py": 18,
     "tests/test_tune_relax.py": 15,

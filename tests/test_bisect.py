@@ -127,4 +127,7 @@ def test_a_function_no_pass_changes(pipelines):
         live.bisect("mlp", *ARGS[:2])
     with pytest.raises(UnknownFunctionError, match="mpl"):
         live.bisect("mpl", *ARGS)
+    live.add_python_function("double", lambda t: t * 2)
+    with pytest.raises(CallError, match="bisect"):
+        live.bisect("double", ARGS[0])
     np.testing.assert_allclose(live.mlp(*ARGS).numpy(), expected.numpy())  # still works

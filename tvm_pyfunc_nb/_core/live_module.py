@@ -294,7 +294,9 @@ class LiveModule(UpstreamInterface):
     def bisect(self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6) -> bisecting.Bisection:
         """The first optional pass of `fn`'s build (Relax pipeline, then TIR) that changes its
         numbers on `args` or crashes, found by building in a child process with passes 1..k on;
-        `.save("repro.py")` writes a standalone file that shows it (bisecting.py says more)."""
+        `.save("repro.py")` writes a standalone file that shows it. A pass of your own joins
+        the search through a Relax pipeline (`relax.register_pipeline`, `--pipeline NAME`);
+        bisecting.py says how, and which passes stay on."""
         return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
 
     def lowered(self, fn: str) -> str:
