@@ -38,8 +38,8 @@ def code_cells(nb):
     return [cell for cell in nb.cells if cell.cell_type == "code"]
 
 
-def test_the_ten_tutorials_are_there():
-    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(1, 11)]
+def test_the_eleven_tutorials_are_there():
+    assert [p.stem[:2] for p in NOTEBOOKS] == [f"{n:02d}" for n in range(1, 12)]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
