@@ -385,6 +385,12 @@ def bisect(
         _check_reference_shape(search, full, fn)
         needed = _bottom(search, step)
         bottom = search.probes[0]
+        if bottom.outcome == CRASHED:
+            raise CallError(
+                f"bisect: `{fn}`'s build crashes already with every optional pass off, so no "
+                f"optional pass is at fault: {bottom.crash}",
+                function=fn,
+            )
         if expected is None:  # the build with every optional pass off is the reference
             search.expected = [torch.from_numpy(a) for a in bottom.outputs]
             full = search.judge(full)
