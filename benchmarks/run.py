@@ -35,6 +35,7 @@ MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 48
 MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS = 64, 10, 3, 3
 GUARD_NUMBER, GUARD_ROUNDS = 20, 5
 WORKER_REPEATS = 15
+BISECT_REPEATS = 3
 REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
 MODEL_LAYERS, MODEL_REPEATS = 4, 3
 MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS, MODELS_THREADS = 5, 3, 3, (1, 2)
@@ -432,6 +433,17 @@ def worker_lines(worker: dict) -> list[str]:
     ]
 
 
+def bisect_lines(found: dict) -> list[str]:
+    return [
+        f"- `bisect` on two attention blocks (d=64, {found['bindings']} bindings) imported "
+        f"with `add_torch`, a pass of the benchmark's own at fault, against the PyTorch model: "
+        f"{found['passes']} optional passes, {found['builds']} builds tried; "
+        f"{_time(found['warm'])} with the worker warm, {_time(found['cold'])} with one to "
+        f"start (goal: under a minute on 2 cores: "
+        f"{'met' if found['cold'] < 60 else '**not met**'})",
+    ]
+
+
 def remote_rows(remote: dict) -> list[Row]:
     rows = []
     for key, what in [
@@ -613,6 +625,7 @@ def main() -> None:
     tuned = section("tune_models.py", MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS)
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
     worker = section("build_worker.py", WORKER_REPEATS)
+    found = section("find_the_pass.py", BISECT_REPEATS)
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
     models = models_section()
@@ -629,7 +642,7 @@ def main() -> None:
         + models_rows(models)
     )
     extra = {
-        "worker": worker_lines(worker),
+        "worker": worker_lines(worker) + bisect_lines(found),
         "fast": fast_lines(fast),
         "remote": remote_lines(remote),
         "models": models_lines(models),

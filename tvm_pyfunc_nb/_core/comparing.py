@@ -154,7 +154,7 @@ class Comparison:
     def output_rows(self) -> list[tuple[str, str, str, str]]:
         names = self.output_names or [str(i) for i in range(len(self.outputs))]
         return [
-            (f"output {which}", *_errors(d), _judged(d))
+            (f"output {which}", *error_cells(d), _judged(d))
             for which, d in zip(names, self.outputs, strict=True)
         ]
 
@@ -169,7 +169,7 @@ class Comparison:
                 rows.append((check.binding, check.op, torch_op, "", "", verdict))
             else:
                 d = check.diff
-                rows.append((check.binding, check.op, torch_op, *_errors(d), _judged(d)))
+                rows.append((check.binding, check.op, torch_op, *error_cells(d), _judged(d)))
         return rows
 
     def _sited(self) -> bool:
@@ -339,7 +339,7 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _errors(d: Difference) -> tuple[str, str]:
+def error_cells(d: Difference) -> tuple[str, str]:
     """A row's max abs and max rel error: digits where they say something about the function.
     A relative error is the error over the smallest values, so its digits follow the last bits
     of those values: two of them, and above 1 (values off by more than themselves) none."""

@@ -34,6 +34,7 @@ from typing import Any
 import tvm
 
 from . import (
+    bisecting,
     comparing,
     exporting,
     front_end_port,
@@ -296,6 +297,14 @@ class LiveModule(UpstreamInterface):
         each compiled kernel's output against the binding it computes (in PyTorch, or in a
         build with every optional pass off), naming the first that diverges."""
         return kernel_compare.compare(self._parts, fn, reference, args, rtol, atol, by)
+
+    def bisect(self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6) -> bisecting.Bisection:
+        """The first optional pass of `fn`'s build (Relax pipeline, then TIR) that changes its
+        numbers on `args` or crashes, found by building in a child process with passes 1..k on;
+        `.save("repro.py")` writes a standalone file that shows it. A pass of your own joins
+        the search through a Relax pipeline (`relax.register_pipeline`, `--pipeline NAME`);
+        bisecting.py says how, and which passes stay on."""
+        return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc

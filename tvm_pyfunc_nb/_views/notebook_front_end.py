@@ -209,6 +209,7 @@ def _live_module_bundle(live: LiveModule) -> dict:
 
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
+    from .._core.bisecting import Bisection
     from .._core.build import CompileStats
     from .._core.comparing import Comparison
     from .._core.kernel_compare import KernelComparison
@@ -222,6 +223,7 @@ def _html_views() -> dict[type, object]:
         Trace: render.trace_html,
         Comparison: render.comparison_html,
         KernelComparison: render.kernel_comparison_html,
+        Bisection: render.bisection_html,
         Timing: render.timing_html,
         KernelList: render.kernels_html,
         Profile: render.profile_html,

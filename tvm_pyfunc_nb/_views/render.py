@@ -481,6 +481,30 @@ def kernel_comparison_html(comparison) -> str:
     return _titled(f"compare {comparison.function} by kernel", *parts)
 
 
+def bisection_html(bisection) -> str:
+    """The pass at fault (or why none is), the builds tried, the diff it made (folded)."""
+    style = _FAILED if bisection.outcome != "same" else _PASSED
+    marked = next(
+        (i for i, t in enumerate(bisection.tried) if t.on == bisection.position),
+        None,
+    )
+    parts = [
+        f'<div style="{style}">{escape(bisection.verdict())}</div>',
+        _muted(
+            escape(
+                f"compared with {bisection.reference}; {len(bisection.passes)} optional passes, "
+                f"{len(bisection.tried)} builds"
+            ),
+            "div",
+        ),
+        table_html(("on", "last pass on", "outcome", ""), bisection.rows(), marked),
+    ]
+    if bisection.diff:
+        head = f"{', '.join(bisection.changed)} before and after {bisection.culprit.name}"
+        parts.append(_details(escape(head), script_html(bisection.diff), opened=True))
+    return _titled(f"bisect {bisection.function}", *parts)
+
+
 def kernels_html(kernels) -> str:
     title = f"{kernels.function} runs {kernels.count_text()}"
     return _titled(title, table_html(kernels.header, kernels.rows()))
