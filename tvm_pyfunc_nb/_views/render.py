@@ -279,18 +279,9 @@ def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
 
 
-def cell_html(
-    live: LiveModule, result: UpdateResult, scripts: dict[str, str], drawn: float | None = None
-) -> str:
-    """A cell's view as static HTML. A call made after the view was `drawn` (a later cell's) is
-    marked: a saved notebook shows the view as it was when the notebook stopped."""
-    rows = []
-    for name in result.defined:
-        record = live.last_calls.get(name)
-        results = results_html(live, name, record)
-        if record is not None and drawn is not None and record.when > drawn:
-            results = _muted("called after this cell ran, by a later cell:", "div") + results
-        rows.append(function_row_html(script_html(scripts[name]), results))
+def cell_html(result: UpdateResult, scripts: dict[str, str], results: dict[str, str]) -> str:
+    """A cell's view as static HTML: each function's script beside its `results` pane (HTML)."""
+    rows = [function_row_html(script_html(scripts[name]), results[name]) for name in result.defined]
     return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
 
 
