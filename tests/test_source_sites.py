@@ -101,6 +101,9 @@ def test_a_site_is_short_in_a_row_and_whole_in_a_message():
         "encoder.layer.0.attention.self.query (Linear), modeling_bert.py:312: q = f(x)"
     )
     assert SourceSite("", "Net", "/m/x.py", 3, "").short() == "Net · x.py:3"
+    # a notebook cell's code: never the kernel's temporary file, which says nothing to a reader
+    cell = SourceSite("", "Net", "/tmp/ipykernel_23015/1146111172.py", 3, "y = f(x)")
+    assert str(cell) == "Net, notebook cell, line 3: y = f(x)"
 
 
 def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from(net):

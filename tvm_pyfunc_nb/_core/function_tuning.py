@@ -294,7 +294,7 @@ class FunctionTuningReport:
         return (
             f"tuned {self.function}: {len(self.rows)} kernels, {self.trials_run} trials "
             f"measured now in {self.seconds:.1f} s, {self.trials_kept} in its database "
-            f"({self.where}){change}"
+            f"({'in memory' if self.where == 'in memory' else '`.where` says where'}){change}"
         )
 
     def table_rows(self) -> list[tuple[str, ...]]:

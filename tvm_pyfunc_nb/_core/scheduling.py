@@ -110,7 +110,8 @@ def _where(err: BaseException, how: Callable) -> str:
 
 @dataclass(frozen=True)
 class TuningReport:
-    """What a tuning run did: trials measured now and before, the best time, where it keeps them."""
+    """What a tuning run did: trials measured now and before, the best time, where it keeps them
+    (`work_dir`: a machine's path, which the one-line summary leaves out)."""
 
     kernel: str
     trials_run: int
@@ -122,7 +123,7 @@ class TuningReport:
         best = f"{self.best_seconds * 1e3:.3f} ms" if self.best_seconds else "none"
         return (
             f"tuned {self.kernel}: {self.trials_run} trials measured now, {self.trials_kept} "
-            f"in its database ({self.work_dir}); best {best}"
+            f"in its database (`.work_dir` says where); best {best}"
         )
 
 
