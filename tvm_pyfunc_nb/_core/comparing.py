@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -46,6 +46,8 @@ from .tracing import NonFinite, Trace, inputs_of, stop, trace
 ROUNDING_ULPS = 8
 # How much an op may amplify the error its inputs carry, relative to its values' size.
 ERROR_GROWTH = 16
+# A result shows the op rows around its first divergence (every row: `Comparison.full()`).
+ROWS_BEFORE, ROWS_AFTER = 2, 3
 WITHIN_ROUNDING = "≤ rounding"  # what a table shows for an error its op's rounding explains
 
 
@@ -133,6 +135,7 @@ class Comparison:
     ops: list[OpCheck] | None = None  # None: not compared op by op
     why_not_op_by_op: str = ""
     output_names: list[str] = field(default_factory=list)  # `logits`, `0`, `1.0`: PyTorch's
+    show_all: bool = False  # show every op row (`full()`), not only those around a divergence
     nonfinite: NonFinite | None = None  # where the first divergence's NaN comes from
 
     def nonfinite_text(self) -> str:
@@ -189,6 +192,38 @@ class Comparison:
             for row, c in zip(self.op_rows(), self.ops, strict=True)
         ]
 
+    def full(self) -> Comparison:
+        """The same result shown with every binding's row (the default shows the rows around the
+        first divergence, and none when every binding passes)."""
+        return replace(self, show_all=True)
+
+    def shown_ops(self) -> range:
+        """The indices of the op rows shown: every one with `full()`, else the first divergence
+        with the rows just before and after it (none when no binding diverges)."""
+        count = len(self.ops or ())
+        if self.show_all:
+            return range(count)
+        first = self.first_divergence
+        if first is None:
+            return range(0)
+        at = self.ops.index(first)
+        return range(max(0, at - ROWS_BEFORE), min(count, at + 1 + ROWS_AFTER))
+
+    def op_summary(self) -> str:
+        """`op by op: 172 of 191 bindings have a PyTorch value, 12 outside the tolerance`, and
+        which rows follow."""
+        ops = self.ops or []
+        compared = sum(c.diff is not None for c in ops)
+        failed = sum(c.diff is not None and not c.diff.passed for c in ops)
+        line = f"op by op: {compared} of {len(ops)} bindings have a PyTorch value, {failed} "
+        line += "outside the tolerance"
+        shown = self.shown_ops()
+        if len(shown) == len(ops):
+            return line
+        if not shown:
+            return f"{line}; every row: .full()"
+        return f"{line}; rows {shown.start + 1} to {shown.stop} below, every row: .full()"
+
     def verdict(self) -> str:
         """One line that agrees with the tables: whether the outputs match, and where the
         numbers diverge first (with how to open that function)."""
@@ -226,12 +261,11 @@ class Comparison:
             text_table(("output", "max abs", "max rel", ""), self.output_rows()),
         ]
         if self.ops is not None:
-            compared = sum(c.diff is not None for c in self.ops)
-            lines += [
-                "",
-                f"op by op: {compared} of {len(self.ops)} bindings have a PyTorch value",
-                text_table(self.op_header(), self.op_table_rows()),
-            ]
+            lines += ["", self.op_summary()]
+            shown = self.shown_ops()
+            if shown:
+                rows = self.op_table_rows()
+                lines.append(text_table(self.op_header(), [rows[i] for i in shown]))
         elif self.why_not_op_by_op:
             lines.append(self.why_not_op_by_op)
         return "\n".join(lines)

@@ -324,7 +324,8 @@ class LiveModule(UpstreamInterface):
 
     def time(self, fn: str, *args, number=10, repeat=5, against=None) -> timing.Timing:
         """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
-        clock); `against=callable` times a reference on the same inputs and shows the ratio."""
+        clock); `against=callable` times a reference on the same inputs and shows the function's
+        speed as a multiple of the reference's (`Timing.speed`: above 1 is faster)."""
         return timing.time_function(self._parts, fn, args, number, repeat, against)
 
     def profile(self, fn: str, *args, number=10, repeat=5) -> profiling.Profile:

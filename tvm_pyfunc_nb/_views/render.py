@@ -279,18 +279,9 @@ def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
 
 
-def cell_html(
-    live: LiveModule, result: UpdateResult, scripts: dict[str, str], drawn: float | None = None
-) -> str:
-    """A cell's view as static HTML. A call made after the view was `drawn` (a later cell's) is
-    marked: a saved notebook shows the view as it was when the notebook stopped."""
-    rows = []
-    for name in result.defined:
-        record = live.last_calls.get(name)
-        results = results_html(live, name, record)
-        if record is not None and drawn is not None and record.when > drawn:
-            results = _muted("called after this cell ran, by a later cell:", "div") + results
-        rows.append(function_row_html(script_html(scripts[name]), results))
+def cell_html(result: UpdateResult, scripts: dict[str, str], results: dict[str, str]) -> str:
+    """A cell's view as static HTML: each function's script beside its `results` pane (HTML)."""
+    rows = [function_row_html(script_html(scripts[name]), results[name]) for name in result.defined]
     return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
 
 
@@ -458,11 +449,12 @@ def comparison_html(comparison) -> str:
     ]
     if comparison.ops is not None:
         first = comparison.first_divergence
-        marked = comparison.ops.index(first) if first is not None else None
-        parts += [
-            _muted("op by op: each binding against the PyTorch node it came from", "div"),
-            table_html(comparison.op_header(), comparison.op_table_rows(), marked),
-        ]
+        shown = comparison.shown_ops()
+        marked = comparison.ops.index(first) - shown.start if first is not None else None
+        parts.append(_muted(escape(comparison.op_summary()), "div"))
+        if shown:
+            rows = comparison.op_table_rows()
+            parts.append(table_html(comparison.op_header(), [rows[i] for i in shown], marked))
     elif comparison.why_not_op_by_op:
         parts.append(_muted(escape(comparison.why_not_op_by_op), "div"))
     return _titled(f"compare {comparison.function}", *parts)
@@ -547,14 +539,21 @@ def update_html(result: UpdateResult) -> str:
 
 def opened_bundle(text: str) -> dict[str, str]:
     """What `edit` opened in a new cell below, in the output of the cell that called it: a line
-    saying so, the text in a section that opens on a click."""
+    saying so, and the text: all of it in a section that opens on a click (HTML), its first
+    `OPENED_LINES` as plain text (the new cell has the rest)."""
     lines = text.splitlines()
     header = lines[0] if lines else ""
     defined = re.search(r"^(?:async )?def (\w+)", text, re.MULTILINE)
     what = f"`{defined.group(1)}` " if defined else ""
     head = f"opened {what}in a new cell below ({len(lines)} lines, {header})"
     html = _details(escape(head), script_html(text))
-    return {"text/plain": f"{head}\n{text}", "text/html": f'<div style="{_VIEW}">{html}</div>'}
+    plain = [head, *lines[:OPENED_LINES]]
+    if len(lines) > OPENED_LINES:
+        plain.append(f"… {len(lines) - OPENED_LINES} more lines, in the new cell")
+    return {"text/plain": "\n".join(plain), "text/html": f'<div style="{_VIEW}">{html}</div>'}
+
+
+OPENED_LINES = 12  # of what `edit` opened, shown as plain text
 
 
 def work_progress_text(title: str, done: int, total: int, note: str, unit: str = "") -> str:

@@ -65,9 +65,10 @@ class TuningReport:
         if before and after:
             change = f"; kernels per call {milliseconds(before)} → {milliseconds(after)}"
         kernels = f"{len(self.rows)} kernel{'s' if len(self.rows) != 1 else ''}"
+        kept = "in memory" if self.where == "in memory" else "`.where` says where"
         return (
             f"tuned {self.function}: {kernels}, {self.trials_run} trials measured now in "
-            f"{self.seconds:.1f} s, {self.trials_kept} in its database ({self.where}){change}"
+            f"{self.seconds:.1f} s, {self.trials_kept} in its database ({kept}){change}"
         )
 
     def table_rows(self) -> list[tuple[str, ...]]:
