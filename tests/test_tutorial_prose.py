@@ -40,7 +40,7 @@ SIBLING_FEATURES = {
     'by="kernel"': r"by=\"kernel\"",
     'stop_at="nonfinite"': r"stop_at=\"nonfinite\"",
 }
-PENDING = set(SIBLING_FEATURES)
+PENDING = {"isolate"}
 
 
 def cells(path: Path) -> list[dict]:

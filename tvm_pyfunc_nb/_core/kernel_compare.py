@@ -37,11 +37,11 @@ from .cells import RELAX
 from .comparing import (
     Comparison,
     Difference,
-    _errors,
     _judged,
     _number,
     _reduction,
     difference,
+    error_cells,
     output_differences,
 )
 from .kernel_sites import MAX_PLACES
@@ -95,7 +95,7 @@ class KernelComparison(Comparison):
             if c.diff is None:
                 row = (c.kernel, bindings, "", "", "", "no reference value")
             else:
-                row = (c.kernel, bindings, c.binding, *_errors(c.diff), _judged(c.diff))
+                row = (c.kernel, bindings, c.binding, *error_cells(c.diff), _judged(c.diff))
             rows.append(row + ((c.where,) if sited else ()))
         return rows
 
