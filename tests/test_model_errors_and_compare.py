@@ -259,7 +259,7 @@ def test_time_against_a_model_names_its_class_runs_it_without_autograd_and_says_
     assert timing.against.what == "Recorded" and model.inference
     assert timing.against.threads == timing.function.threads >= 1
     shown = shell.text(timing)
-    assert "than Recorded (median per call)" in shown and "Linear" not in shown
+    assert "× Recorded's speed (above 1 is faster)" in shown and "Linear" not in shown
     assert len(shown.splitlines()) <= 4
     assert all("thread" in row[-1] for row in timing.rows())
 
