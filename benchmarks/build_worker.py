@@ -24,7 +24,7 @@ from tvm import relax
 from workload import primfunc
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core.build import Build, CompileStats, called_prim_funcs
+from tvm_pyfunc_nb._core.build import Build
 from tvm_pyfunc_nb._core.build_worker import (
     BuildWorker,
     build_and_run,
@@ -32,7 +32,9 @@ from tvm_pyfunc_nb._core.build_worker import (
     link_executable,
     lower,
 )
+from tvm_pyfunc_nb._core.compile_stats import CompileStats
 from tvm_pyfunc_nb._core.library_files import write_library
+from tvm_pyfunc_nb._core.linking import called_prim_funcs
 from tvm_pyfunc_nb._core.options import ModuleOptions
 
 OPTIONS = ModuleOptions()

@@ -15,11 +15,13 @@ import tvm
 
 from ..errors import CompileError
 from .assembly import ModuleState
-from .build import Build, CompileRecord, Linked
+from .build import Build
 from .cells import PRIMFUNC, PYFUNC, RELAX
+from .compile_stats import CompileRecord
 from .compiled_module import CompiledPyModule
 from .contributions import FunctionEntry
 from .fault_lines import string_line, tir_call_line
+from .linking import Linked
 from .relax_rewrite import relax_closure, sub_module
 from .trampolines import PyFuncBridge
 

@@ -43,10 +43,11 @@ from . import (
     tuning,
 )
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
-from .build import Build, CompileRecord, CompileStats
+from .build import Build
 from .call_table import CallTable, RecordView
 from .callables import LazyCallable
 from .cells import PRIMFUNC, PYFUNC, RELAX
+from .compile_stats import CompileRecord, CompileStats
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
@@ -56,8 +57,7 @@ from .importing import added_contribution, binding_site, import_torch
 from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
-from .remote import RemoteDevice
-from .runner import LocalRunner, RemoteRunner
+from .runner import make_runner, remote_address
 from .trampolines import PyFuncBridge
 from .upstream import UpstreamInterface
 
@@ -79,10 +79,10 @@ class LiveModule(UpstreamInterface):
         self.device = device_of(self.device_name)
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.stats = CompileStats()
-        remote = self.options.rpc or None
+        local = remote_address(self.options) is None
         # a remote VM runs on the server, which cannot call back into this process's Python
-        assembly = Assembly(name, relax_may_call_python=remote is None)
-        build = Build(self.options, self.stats, persistent_cache, name)
+        assembly = Assembly(name, relax_may_call_python=local)
+        build = Build(self.options, self.stats, persistent_cache, name, local=local)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end_port.compile_hook(self)
         tuned = schedules_dir(persistent_cache, name, build.target)
@@ -90,12 +90,7 @@ class LiveModule(UpstreamInterface):
         build.after_pipeline = schedules.apply
         calls = CallTable(self.stats, vars(self))
         compiler = Compiler(build, PyFuncBridge(calls, name))
-        common = (self, assembly, compiler, calls, self.device)
-        if remote:
-            device = RemoteDevice(remote, self.options, self.stats.uploads.append)
-            runner = RemoteRunner(*common, device)
-        else:
-            runner = LocalRunner(*common)
+        runner = make_runner(self, assembly, compiler, calls, self.device, self.options, self.stats)
         calls.resolver = runner.resolve
         torch_origins: dict = {}
         build.site_of = functools.partial(binding_site, torch_origins)

@@ -209,8 +209,8 @@ def _live_module_bundle(live: LiveModule) -> dict:
 
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
-    from .._core.build import CompileStats
     from .._core.comparing import Comparison
+    from .._core.compile_stats import CompileStats
     from .._core.function_tuning import FunctionTuningReport
     from .._core.lowering import KernelList
     from .._core.timing import Timing
