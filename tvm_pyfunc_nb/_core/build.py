@@ -39,7 +39,15 @@ from .cpu_schedules import schedule_kernels
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kernel_builds import KernelBuilds, binds_threads, build_here
 from .kernel_sites import KernelSites, Recording, describe_kernel, recording
-from .linking import Built, Linked, called_prim_funcs, link_order, link_vm, prim_funcs
+from .linking import (
+    Built,
+    Linked,
+    called_prim_funcs,
+    link_order,
+    link_vm,
+    prim_funcs,
+    relax_names,
+)
 from .offload import NONE, TORCH, check_offload, offload_to_torch
 from .options import TARGET_ENV, default_target
 from .pipelines import pipeline_for
@@ -147,7 +155,7 @@ class Build:
     # -- Relax VMs -----------------------------------------------------------------
     def link(self, mod: tvm.IRModule, *, use_cache: bool = True) -> Linked:
         """`mod` (Relax functions, the PrimFuncs they call) lowered and linked, unless kept."""
-        names = _relax_names(mod)
+        names = relax_names(mod)
         linked = self.cache.vm(mod, names) if use_cache else None
         if linked is None:
             linked = self._link(mod, names, use_cache)
@@ -165,7 +173,7 @@ class Build:
         builder = relax.ExecBuilder()
         functions: dict[str, tvm.tirx.PrimFunc] = {}
         lowered = None
-        if _relax_names(mod):
+        if relax_names(mod):
             lowered = self.lower(mod, offload=NONE)
             leftover = _vmcodegen(builder, lowered)
             functions = {gv.name_hint: f for gv, f in called_prim_funcs(lowered, leftover)}
@@ -297,10 +305,6 @@ class Build:
 
     def _record(self, kind: str, names: Iterable[str], start: float) -> None:
         self.stats.record(kind, names, self.target_name, start)
-
-
-def _relax_names(mod: tvm.IRModule) -> tuple[str, ...]:
-    return tuple(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
 
 
 def pipeline_here(build: Build, mod: tvm.IRModule, offload: str) -> tuple[tvm.IRModule, Recording]:

@@ -73,6 +73,11 @@ def link_vm(
     )
 
 
+def relax_names(mod: tvm.IRModule) -> tuple[str, ...]:
+    """The names of the Relax functions of `mod`."""
+    return tuple(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
+
+
 def prim_funcs(mod: tvm.IRModule):
     return [(gv, f) for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
 

@@ -54,6 +54,7 @@ from .contributions import FunctionEntry, cell_contribution, next_run, python_fu
 from .editing import ConstantTable
 from .function_tuning import KernelSchedules, schedules_dir
 from .importing import added_contribution, binding_site, import_torch
+from .isolation import isolate
 from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
@@ -85,6 +86,8 @@ class LiveModule(UpstreamInterface):
         build = Build(self.options, self.stats, persistent_cache, name, local=local)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end_port.compile_hook(self)
+        # where imports and compiles run: here, or in the build worker (--isolate)
+        self._isolation = isolate(build, self.options) if self.options.isolate else None
         tuned = schedules_dir(persistent_cache, name, build.target)
         schedules = KernelSchedules(tuned, build.target)
         build.after_pipeline = schedules.apply
@@ -150,12 +153,24 @@ class LiveModule(UpstreamInterface):
             self._parts.torch_origins.pop(defined, None)
         return result
 
-    def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
+    def add_torch(
+        self, model, example_args, *, name="main", dynamic_shapes=None, custom_convert_map=None
+    ) -> UpdateResult:
         """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
         through `torch.export`; `compare(name, model, ...)` then goes op by op, and rows say
         where each binding came from. An op TVM's importer cannot translate runs as a PyTorch
-        call: a pyfunc (`<name>_<op>`) added with it; the import says which."""
-        imported = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
+        call: a pyfunc (`<name>_<op>`) added with it; the import says which.
+        `custom_convert_map` is TVM's own (`{op name: converter(node, importer)}`); with
+        --isolate the import runs in the build worker first."""
+        first = self._isolation.translate_first if self._isolation is not None else None
+        imported = import_torch(
+            model,
+            example_args,
+            name=name,
+            dynamic_shapes=dynamic_shapes,
+            custom_convert_map=custom_convert_map,
+            translate_first=first,
+        )
         by = f"{self.name}.add_torch({type(model).__name__})"
         result = self._add(imported.functions, None, by, imported.notes)
         self._parts.torch_origins[name] = imported.origin
