@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 import tvm
 from tvm import relax
 from workload import primfunc
@@ -88,6 +89,27 @@ def edits(worker: BuildWorker, repeats: int) -> dict:
     return {"here": statistics.median(here), "worker": statistics.median(there)}
 
 
+def isolated_edits(repeats: int) -> dict:
+    """`--isolate`'s cost per compile, as a user meets it: an edit of one PrimFunc (a cell run
+    with a new constant) and a call of it, in a module without and with --isolate (the
+    process's shared worker, warm), alternating. No compile cache on either side."""
+    modules = {"here": LiveModule("here"), "isolated": LiveModule("isolated", isolate=True)}
+    args = [torch.ones(1024), torch.ones(1024), torch.zeros(1024)]
+    for live in modules.values():  # ready: LLVM's first use paid, the worker started
+        live.run_cell(primfunc(0, -1.0))
+        live.k0(*args)
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    for i in range(repeats):
+        for name, live in modules.items():
+
+            def edit_and_call(live=live, constant=1000.0 + i):
+                live.run_cell(primfunc(0, constant))
+                live.k0(*args)
+
+            times[name].append(timed(edit_and_call))
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
 def links(worker: BuildWorker, repeats: int) -> dict:
     """A Relax function lowered through the pipeline and linked with its kernels: by `Build`
     here (nothing kept), or lowered and built in the worker and linked here."""
@@ -148,6 +170,7 @@ def measure(repeats: int) -> dict:
         timed(lambda: worker.run(functools.partial(sum, [1]))) for _ in range(50)
     )
     figures["edit"] = edits(worker, repeats)
+    figures["isolate"] = isolated_edits(repeats)
     figures["link"] = links(worker, max(3, repeats // 2))
     figures["write"] = writes(repeats)
     worker.close()
