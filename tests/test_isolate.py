@@ -15,6 +15,7 @@ import os
 import pytest
 import torch
 import tvm
+from cells import LLVM_ABORTS_IN_CODEGEN as PMADD
 from cells import elementwise_kernel
 from IPython.core.error import UsageError
 from tvm import relax
@@ -24,15 +25,6 @@ from tvm_pyfunc_nb._core.build_worker import shared_worker
 
 GENERIC_X86 = '{"kind": "llvm", "mcpu": "x86-64"}'
 PIPELINE = "aborts_in_a_pass"
-
-PMADD = """
-@T.prim_func
-def pmadd(a: T.handle, b: T.handle):
-    A = T.match_buffer(a, (4,), "int16x16")
-    B = T.match_buffer(b, (4,), "int32x8")
-    for i in range(4):
-        B[i] = T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", A[i], A[i])
-"""
 
 MLP = """
 @R.function
@@ -87,6 +79,8 @@ def test_llvm_aborting_in_codegen_is_a_compile_error_and_the_module_keeps_workin
     shell.ns.update(a=a, b=b, c=c, torch=torch)
     shell.run("demo.plus(a, b, c)")  # built first, so that `pmadd` is built (and crashes) alone
     assert torch.equal(c, a + b)
+    assert "addps" in shell.eval('demo.source("plus", "asm")')  # read from a build here
+    assert "def plus(" in shell.eval('demo.lowered("plus")')
     shell.cell("demo", PMADD)
     pmadd = "demo.pmadd(torch.zeros(4, 16, dtype=torch.int16), torch.zeros(4, 8).int())"
     error = shell.run(pmadd, expect_error=CompileError)

@@ -20,8 +20,9 @@ made and kept warm; a job sends only what it builds (an edit of one PrimFunc sen
 one). A death there is a `CompileError` (or `ModelImportError`) that names the function,
 the stage (a pipeline pass, a TIR pass, codegen, link, import) and the signal, and
 suggests `bisect`; the next job finds a fresh worker, and the module is as it was.
-`export_library` still builds here: a library it writes must be built in the process
-that writes it.
+Still built here: what `export_library` writes (a library must be built in the process
+that writes it), a kernel's code to read (`source`, `lowered`: built here once the worker
+survived building it) and MetaSchedule's tuning candidates.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ class KernelBuilds:
             return refusal
         start = time.perf_counter()
         try:
-            lib = self.build_kernel_module(name, func)
+            lib = self._kernel_module(name, func)
             if self.runs_here:  # JIT now, so the time is counted here and not at the first call
                 lib.get_function(name)
         except CompileError as err:
@@ -167,12 +167,24 @@ class KernelBuilds:
             self.stats.record("tir", (name,), self.target_name, start)
         return lib
 
-    def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
+    def _kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
         """`tirx.build` of one PrimFunc as this build makes it (guards in if checked, on CPU)."""
+        self._check_threads(name, func)
+        return self.tirx_build({name: func})
+
+    def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
+        """One PrimFunc's library to read (its LLVM IR, assembly, lowered TIR), built in this
+        process, where its passes can be watched; with --isolate only once the worker built it
+        (a crash there is an error, not the end of the kernel)."""
+        self._check_threads(name, func)
+        if self.builder is not build_here:
+            self.tirx_build({name: func})
+        return build_here(self.module({name: func}), self.target)
+
+    def _check_threads(self, name: str, func: tvm.tirx.PrimFunc) -> None:
         if self.is_gpu and not binds_threads(func):
             advice = _unbound_advice(name, func, self.target_name, self.module_name)
             raise CompileError(advice, function=name)
-        return self.tirx_build({name: func})
 
     def tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
         """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them."""
