@@ -20,8 +20,9 @@ from cells import elementwise_kernel
 from IPython.core.error import UsageError
 from tvm import relax
 
-from tvm_pyfunc_nb import CompileError, ModelImportError, TVMModuleError
+from tvm_pyfunc_nb import CompileError, LiveModule, ModelImportError, TVMModuleError
 from tvm_pyfunc_nb._core.build_worker import shared_worker
+from tvm_pyfunc_nb._core.compile_cache import CompileCache
 
 GENERIC_X86 = '{"kind": "llvm", "mcpu": "x86-64"}'
 PIPELINE = "aborts_in_a_pass"
@@ -147,6 +148,23 @@ def test_an_isolated_compile_gives_what_the_default_gives(shell, worker):
         assert compiled == {"tir", "vm"}
     finally:
         shell.run("%config TVMModuleMagics.isolate = False")
+
+
+def test_the_compile_cache_keeps_what_the_worker_built(tmp_path, worker):
+    """The worker's library goes to the disk cache as its file's bytes (no second codegen), and
+    serves modules with and without --isolate."""
+    cache = CompileCache(tmp_path)
+    plus = elementwise_kernel("plus", "A[i] + B[i]")
+    a, b = torch.arange(8.0), torch.ones(8)
+    for name, isolated in [("first", True), ("second", True), ("third", False)]:
+        live = LiveModule(name, isolate=isolated, persistent_cache=cache)
+        live.run_cell(plus)
+        c = torch.zeros(8)
+        live.plus(a, b, c)
+        assert torch.equal(c, a + b)
+        cache.flush()
+        assert live.stats.served["disk"]["plus"] == (name != "first"), name
+        live.close()
 
 
 def test_bad_isolate_options_change_nothing(shell, worker):
