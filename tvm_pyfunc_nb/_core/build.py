@@ -9,7 +9,8 @@ own steps (the Relax pipeline, VM codegen, VM link: linking.py) with the
 PrimFuncs it needs linked in as libraries already built; the last few VMs
 are kept by structural hash, so going back to an earlier version of a cell
 rebuilds nothing. Where the pipeline and `tirx.build` run (here, or in the
-build worker with `--isolate`) is chosen once, when the build is made.
+build worker with `--isolate`: isolation.py) is chosen once, when the module
+is made.
 """
 
 from __future__ import annotations
