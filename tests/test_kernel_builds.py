@@ -7,22 +7,13 @@ Direct: a `Build` for this CPU, no IPython, no disk cache.
 from __future__ import annotations
 
 import pytest
-import tvm
+from test_kept_builds import kernel
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb._core.build import Build
 from tvm_pyfunc_nb._core.compile_stats import CompileStats
 from tvm_pyfunc_nb._core.options import ModuleOptions
 from tvm_pyfunc_nb.errors import CompileError
-
-
-def kernel(k: int) -> tvm.tirx.PrimFunc:
-    @T.prim_func
-    def f(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
-        for i in range(4):
-            B[i] = A[i] + T.float32(k)
-
-    return f
 
 
 @T.prim_func
