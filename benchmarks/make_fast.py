@@ -1,5 +1,6 @@
 """Making it fast: the tutorial's 256×256 matmul naive, scheduled by hand and tuned, and a small MLP
-under three Relax pipelines, each against PyTorch on the same tensors in the same run.
+under three Relax pipelines, each against PyTorch on the same tensors in the same run; the MLP
+also against `torch.compile` (inductor), what a user would pick instead of this package.
 
 Every module is compiled for this machine's CPU (`{"kind": "llvm", "mcpu": "native"}`), as
 PyTorch picks its kernels for the CPU at run time. Ours is timed by `NAME.time(...)` (TVM's
@@ -19,6 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 from harness import module_cell, notebook_shell
+
+from tvm_pyfunc_nb._core.timing import wall_clock_samples
 
 # No spaces: IPython's magic-line splitter keeps quotes, so the README's quoted form
 # `--target '{"kind": "llvm", "mcpu": "native"}'` reaches TVM with its quotes and is refused.
@@ -105,6 +108,21 @@ def compare(live, fn: str, args: tuple, reference, number: int, repeat: int, rou
     return {"ours": statistics.median(ours), "torch": statistics.median(theirs)}
 
 
+def inductor(reference, args: tuple, number: int, repeat: int, rounds: int) -> dict:
+    """`torch.compile(reference)` (inductor, its default backend: what a user would pick instead
+    of this package), timed by the same wall-clock loop as PyTorch eager, under
+    `torch.inference_mode()`: its median, and how long its first call (the compile) took."""
+    compiled = torch.compile(reference)
+    with torch.inference_mode():
+        start = time.perf_counter()
+        compiled(*args)
+        compile_seconds = time.perf_counter() - start
+        samples = []
+        for _ in range(rounds):
+            samples += wall_clock_samples(compiled, args, number, repeat)
+    return {"median": statistics.median(samples), "compile_seconds": compile_seconds}
+
+
 def measure(number: int, repeat: int, rounds: int, trials: int) -> dict:
     torch.manual_seed(0)
     shell = notebook_shell()
@@ -148,6 +166,7 @@ def measure(number: int, repeat: int, rounds: int, trials: int) -> dict:
         shell.flush_cache()
         figures = compare(live, "mlp", (x, *params), torch_mlp, number, repeat, rounds)
         out[f"mlp_{pipeline}"] = {**figures, "kernels": live.kernels("mlp")}
+    out["mlp_torch_compile"] = inductor(torch_mlp, (x, *params), number, repeat, rounds)
     return out
 
 

@@ -14,7 +14,8 @@ of this process (read when TVM's thread pool starts; `run.py` sets it) and
 default pipeline: what a user who changes nothing, or only `--offload`, runs. Each row is
 `NAME.time("main", *args, against=model)` (PyTorch under `torch.inference_mode()`) repeated in
 rounds that alternate the two sides; medians of all samples. Results are checked against
-PyTorch before anything is timed, and `kernels("main")` says what ran where.
+PyTorch before anything is timed, and `kernels("main")` says what ran where. Each model is also
+timed as `torch.compile(model)` (inductor), by the same wall-clock loop as PyTorch eager.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import timeit
 
 import torch
 from harness import module_cell, notebook_shell
-from make_fast import BATCH, MLP, SIZES, compare, torch_mlp
+from make_fast import BATCH, MLP, SIZES, compare, inductor, torch_mlp
 
 from tvm_pyfunc_nb._core.timing import tvm_threads
 
@@ -81,6 +82,7 @@ def measure(threads: int, number: int, repeat: int, rounds: int) -> dict:
     out: dict = {
         "threads": {"torch": torch.get_num_threads(), "tvm": tvm_threads()},
         "rows": {},
+        "torch_compile": {},
     }
     for case, make in CASES.items():
         fn, model, args, reference = make()
@@ -106,6 +108,7 @@ def measure(threads: int, number: int, repeat: int, rounds: int) -> dict:
             if figures["torch"] / figures["ours"] < goal(case, variant):
                 row["profile"] = per_op(live, fn, args)
             out["rows"][name] = row
+        out["torch_compile"][case] = inductor(reference, args, number, repeat, rounds)
     out["bridge"] = bridge_cost()
     return out
 

@@ -11,8 +11,7 @@ the first line of why; a step after a failed import is `skipped`. The `export()`
 at the end, in one plain Python. The table is printed and written to `benchmarks/MODELS.md`
 (`--options` to `MODELS-<options>.md`). Nothing here asserts: the tests do.
 
-A step is one entry of `STEPS`: the day `NAME.profile` exists, its entry becomes
-`"profile": lambda run: run.live.profile("main", *run.args)`.
+A step is one entry of `STEPS`, a function of the `Run`.
 """
 
 from __future__ import annotations
@@ -116,6 +115,17 @@ def export(run: Run) -> None:
     run.exported[run.name] = path
 
 
+def profile(run: Run) -> None:
+    """`profile()` times every launch: a row for each, what the function launches in it."""
+    found = run.live.profile("main", *run.args, number=2, repeat=2)
+    launched = {r.kernel for r in found.kernels}
+    if not launched or found.total <= 0:
+        raise Failed(f"no kernel timed ({len(found.rows)} rows)")
+    missing = set(run.live.kernels("main")) - launched
+    if missing:
+        raise Failed(f"no row for {', '.join(sorted(missing))}")
+
+
 STEPS: dict[str, Callable[[Run], None] | None] = {
     "import": None,  # add_torch, in `measure`
     "call": call,
@@ -123,7 +133,7 @@ STEPS: dict[str, Callable[[Run], None] | None] = {
     "trace": trace,
     "edit": edit,
     "export": export,
-    "profile": None,  # NAME.profile does not exist yet
+    "profile": profile,
 }
 
 

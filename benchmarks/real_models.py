@@ -12,7 +12,7 @@ in one process with an empty compile cache:
   the `export()` file runs with plain Python and checks its example;
 - guard cost: the median call of the default module over that of an `--unchecked` one (both by
   `NAME.time`, TVM's time_evaluator, in alternation);
-- ours, PyTorch, PyTorch ÷ ours: the median call of each (`time(..., against=model)`), and
+- ours, PyTorch, × PyTorch's speed: the median call of each (`time(..., against=model)`), and
   PyTorch eager's over ours: above 1, ours is faster.
 
 Both sides run on one thread (`TVM_NUM_THREADS=1`, `torch.set_num_threads(1)`), so the machine's
@@ -129,9 +129,9 @@ def measure(name: str, shell, workdir: str, errors: list[str]) -> dict:
     def against_pytorch() -> float:
         timing = live.time("main", *args, number=NUMBER, repeat=REPEAT * ROUNDS, against=model)
         row["ours"], row["PyTorch"] = timing.median, timing.against.median
-        return 1 / timing.ratio
+        return timing.speed
 
-    row["PyTorch ÷ ours"] = step(errors, name, "time against PyTorch", against_pytorch)
+    row[SPEED] = step(errors, name, "time against PyTorch", against_pytorch)
     return row
 
 
@@ -146,8 +146,9 @@ def verdict(live, model, args) -> str:
     return "FAIL, no op alone"
 
 
+SPEED = "× PyTorch's speed"  # PyTorch's median over ours: above 1, ours is faster
 COLUMNS = ("model", "import", "first call", "max error", "compare", "round trip")
-COLUMNS += ("guard cost", "ours", "PyTorch", "PyTorch ÷ ours")
+COLUMNS += ("guard cost", "ours", "PyTorch", SPEED)
 
 
 def cell(column: str, value) -> str:

@@ -56,16 +56,25 @@ def scale(self, x):
     return x * 10
 """
 
-RELAX_CALLS_BOTH = vector_relax(
-    "pipeline",
-    """
+
+def kernel_then_pyfunc(
+    name: str, module: str, kernel: str = "add_tir", pyfunc: str = "scale", then: str = "return w"
+) -> str:
+    """Relax function `name(x, y)`: `z` = PrimFunc `kernel` of module `module` on x and y, `w` =
+    pyfunc `pyfunc` of z, then the statements `then`."""
+    return vector_relax(
+        name,
+        f"""
 n = T.int64()
-cls = demo
-z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
-w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
-return w
+cls = {module}
+z = R.call_tir(cls.{kernel}, (x, y), out_ty=R.Tensor((n,), "float32"))
+w = R.call_py_func("{pyfunc}", z, out_ty=R.Tensor((n,), "float32"))
+{then}
 """,
-)
+    )
+
+
+RELAX_CALLS_BOTH = kernel_then_pyfunc("pipeline", "demo")
 
 # A loop over `n` into a buffer of size `m`: TVM cannot prove its writes in bounds, so the crash
 # guards check them

@@ -49,6 +49,9 @@ SECONDS = {
     "tests/test_live_module.py": 25,
     "tests/browser/test_notebook7.py": 24,
     "tests/browser/test_jupyterlab.py": 23,
+    "tests/test_bisect.py": 45,
+    "notebooks/11_finding_the_pass_that_broke_it.ipynb": 40,
+    "notebooks/11_finding_the_pass_that_broke_it.ipynb[x86-64-v3]": 40,
     "tests/test_build_worker.py": 20,
     "tests/test_bringing_in.py": 18,
     "tests/test_tune_relax.py": 15,
@@ -109,3 +112,12 @@ def shell(_ipython):
     if "tvmmodule" in _ipython.magics_manager.magics["cell"]:
         shell.drop_all()
     _ipython.run_line_magic("reset", "-f")
+
+
+@pytest.fixture
+def cached_shell(shell, tmp_path):
+    """The shell with a compile cache of the test's own (`tmp_path / "cache"`; the tuning
+    databases live there too), and none again afterwards."""
+    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
+    yield shell
+    shell.run("%config TVMModuleMagics.cache_dir = ''")

@@ -616,7 +616,10 @@ def test_edit_puts_the_text_into_the_next_input(shell, models):
         (said,) = shown.outputs
         head = said.data["text/plain"].splitlines()[0]
         assert head.startswith("opened `mlp` in a new cell below") and "%%tvmmodule m" in head
-        assert said.data["text/plain"].endswith(m.edit_text("mlp"))
+        opened = m.edit_text("mlp").splitlines()
+        plain = said.data["text/plain"].splitlines()
+        assert plain[1:13] == opened[:12]
+        assert plain[-1] == f"… {len(opened) - 12} more lines, in the new cell"
         shown_html = html.unescape(re.sub(r"<[^>]+>", "", said.data["text/html"]))
         assert "def mlp(" in shown_html and "<details>" in said.data["text/html"]
         shell.ip.rl_next_input = None

@@ -28,16 +28,16 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core.build_worker import (
-    BuildWorker,
+from tvm_pyfunc_nb._core.build_worker.child import error_payload, rebuild_error
+from tvm_pyfunc_nb._core.build_worker.jobs import (
     build_and_run,
     build_kernels,
     import_torch,
-    leaves,
     link_executable,
     lower,
 )
-from tvm_pyfunc_nb._core.build_worker.child import error_payload, rebuild_error
+from tvm_pyfunc_nb._core.build_worker.pass_log import leaves
+from tvm_pyfunc_nb._core.build_worker.process import BuildWorker
 from tvm_pyfunc_nb._core.options import ModuleOptions
 from tvm_pyfunc_nb.errors import CompileError, TVMModuleError, WorkerCrash
 

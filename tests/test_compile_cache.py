@@ -31,16 +31,16 @@ from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
 from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
-from tvm_pyfunc_nb._core.function_tuning import kernel_tasks
-from tvm_pyfunc_nb._core.scheduling import (
+from tvm_pyfunc_nb._core.trust import files_problem
+from tvm_pyfunc_nb._core.tuning import (
     RECORD_FILES,
-    _tuning_target,
+    TuningRecords,
+    kernel_tasks,
+    open_database,
     target_digest,
-    tuning_database,
-    work_dir_for,
+    tuning_target,
+    unscheduled,
 )
-from tvm_pyfunc_nb._core.trust import directory_problem, files_problem
-from tvm_pyfunc_nb._core.tuning import unscheduled
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -392,20 +392,21 @@ OFF = (
 )
 
 
-def world_writable(tmp_path: Path) -> tuple[Path, str]:
+def writable(tmp_path: Path, mode: int, by: str) -> tuple[Path, str]:
+    """A warm cache folder made writable by others (`mode`), and what the notice says."""
     directory = tmp_path / "cache"
     warm(CompileCache(directory))
-    os.chmod(directory, 0o777)
-    why = f"{directory} is writable by its group and others (mode 0777)"
+    os.chmod(directory, mode)
+    why = f"{directory} is writable by {by} (mode {mode:04o})"
     return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
+
+
+def world_writable(tmp_path: Path) -> tuple[Path, str]:
+    return writable(tmp_path, 0o777, "its group and others")
 
 
 def group_writable(tmp_path: Path) -> tuple[Path, str]:
-    directory = tmp_path / "cache"
-    warm(CompileCache(directory))
-    os.chmod(directory, 0o770)
-    why = f"{directory} is writable by its group (mode 0770)"
-    return directory, f"{why}. Fix: chmod go-w {directory}, or {ELSEWHERE}"
+    return writable(tmp_path, 0o770, "its group")
 
 
 def symlink_to_another_users(tmp_path: Path) -> tuple[Path, str]:
@@ -605,7 +606,7 @@ def plant(cache: CompileCache, record) -> tuple[Path, LiveModule]:
     workload = database.commit_workload(task.workload)
     args = ArgInfo.from_prim_func(task.workload["main"])
     database.commit_tuning_record(
-        TuningRecord(sch.trace, workload, [1e-9], _tuning_target(target), args)
+        TuningRecord(sch.trace, workload, [1e-9], tuning_target(target), args)
     )
     return place, live
 
@@ -696,7 +697,8 @@ def test_a_tuning_database_cut_short_leaves_the_module_working(tmp_path):
 
 def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     """Without a cache the database was in /tmp/tvm-pyfunc-nb-tuning-<uid>, where any local user
-    could plant records; a cache others can write is refused for tuning too."""
+    could plant records; a cache others can write is refused for tuning too: the records stay in
+    memory, where no one else can reach them."""
     live = LiveModule("demo")
     live.run_cell(ADD_TIR)
     func, target = live.ir_mod["add_tir"], live._parts.build.target
@@ -714,11 +716,10 @@ def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     os.chmod(cache.directory, 0o777)
     try:
         with pytest.warns(CompileCacheWarning):
-            places = [Path(work_dir_for(c, "add_tir", func, target)) for c in (None, cache)]
-        for place in places:
-            assert not JSONDatabase(work_dir=str(place)).has_workload(mod)
-            assert place not in planted and directory_problem(place) is None
-            assert mode(place) == 0o700
+            records = [TuningRecords(c, "demo", target) for c in (None, cache)]
+            found = [r.database(r.kernel_folder("add_tir", func), create=True) for r in records]
+        for database, where in found:
+            assert where == "in memory" and not database.has_workload(mod)
     finally:
         shutil.rmtree(planted[0])
         with contextlib.suppress(OSError):  # another process's records may be there too
@@ -732,7 +733,7 @@ def test_tuning_records_written_under_a_shared_group_umask_are_still_trusted(tmp
     live.run_cell(ADD_TIR)
     previous = os.umask(0o002)
     try:
-        tuning_database(str(tmp_path)).commit_workload(live.ir_mod)
+        open_database(tmp_path).commit_workload(live.ir_mod)
     finally:
         os.umask(previous)
     assert files_problem(tmp_path, RECORD_FILES) is None
@@ -740,13 +741,6 @@ def test_tuning_records_written_under_a_shared_group_umask_are_still_trusted(tmp
 
 
 # -- the magic ---------------------------------------------------------------------------
-@pytest.fixture
-def cache_shell(shell, tmp_path):
-    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
-    yield shell
-    shell.run("%config TVMModuleMagics.cache_dir = ''")
-
-
 def earlier_entry(directory: Path) -> list[Path]:
     """An entry as an earlier version of the cache wrote it, directly in `directory`."""
     library = directory / f"{'cd' * 20}.so"
@@ -758,29 +752,31 @@ def earlier_entry(directory: Path) -> list[Path]:
     return [record, library]
 
 
-def test_tvmcache_shows_the_cache_and_clear_empties_it_of_its_own_files_only(cache_shell, tmp_path):
+def test_tvmcache_shows_the_cache_and_clear_empties_it_of_its_own_files_only(
+    cached_shell, tmp_path
+):
     project = project_folder(tmp_path / "cache")
     kept = contents(project)
     earlier = earlier_entry(project)  # proven the cache's by their checksums: cleared
-    cache_shell.cell("demo", ADD_TIR + MAIN_RELAX)
-    cache_shell.ns["demo"].main_relax(X, Y)
-    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    cached_shell.cell("demo", ADD_TIR + MAIN_RELAX)
+    cached_shell.ns["demo"].main_relax(X, Y)
+    magics = cached_shell.ip.magics_manager.registry["TVMModuleMagics"]
     magics.compile_cache().flush()
 
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert str(project / OWN_DIR) in shown
-    built = [name for names in tir_compiles(cache_shell.ns["demo"]) for name in names]
+    built = [name for names in tir_compiles(cached_shell.ns["demo"]) for name in names]
     assert f"{len(built)} entries" in shown and "KB of 512.0 MB" in shown  # Relax's PrimFuncs
     assert "\n  3 files of an earlier version beside it, no longer read" in shown
 
-    shown = repr(cache_shell.run("%tvmcache clear"))
+    shown = repr(cached_shell.run("%tvmcache clear"))
     assert "0 entries" in shown and "1 file of an earlier version" in shown
     assert os.listdir(project / OWN_DIR) == ["CACHEDIR.TAG"]
     assert not any(p.exists() for p in earlier) and contents(project) == kept
-    cache_shell.run("%tvmcache nonsense", expect_error=UsageError)
+    cached_shell.run("%tvmcache nonsense", expect_error=UsageError)
 
 
-def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, monkeypatch):
+def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cached_shell, monkeypatch):
     """Entries are written in the background after the call that compiled; `%tvmcache` right
     after it waits for them (at most `SHOW_WAIT_SECONDS`), so that its counts are settled: a
     tutorial shows them."""
@@ -791,15 +787,15 @@ def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, mo
         write(self, *args)
 
     monkeypatch.setattr(CompileCache, "_write", slow_write)
-    cache_shell.cell("demo", ADD_TIR)
-    cache_shell.ns["demo"].add_tir(X, Y, torch.empty(5))
+    cached_shell.cell("demo", ADD_TIR)
+    cached_shell.ns["demo"].add_tir(X, Y, torch.empty(5))
     monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 0.0)
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert "  0 entries, 0 KB of 512.0 MB\n" in shown, shown
     assert "0 stored, 0 rejected as damaged, stale or writable by others, 1 being written" in shown
 
     monkeypatch.setattr(_magics, "SHOW_WAIT_SECONDS", 30.0)
-    shown = repr(cache_shell.run("%tvmcache"))
+    shown = repr(cached_shell.run("%tvmcache"))
     assert re.search(r"\n  1 entry, [1-9]\d* KB of 512\.0 MB\n", shown), shown
     assert shown.endswith(
         "this kernel: 0 loaded, 1 missed, 1 stored, 0 rejected as damaged, stale or writable by "
@@ -808,17 +804,17 @@ def test_tvmcache_waits_for_the_writes_of_what_was_just_compiled(cache_shell, mo
 
 
 def test_a_cache_dir_others_can_change_leaves_cells_working_and_tvmcache_says_why(
-    cache_shell, tmp_path
+    cached_shell, tmp_path
 ):
     directory = tmp_path / "cache"
-    assert "  trusted: no one else can change it\n" in repr(cache_shell.run("%tvmcache"))
+    assert "  trusted: no one else can change it\n" in repr(cached_shell.run("%tvmcache"))
     os.chmod(directory, 0o777)
     with pytest.warns(CompileCacheWarning) as caught:
-        cache_shell.cell("demo", ADD_TIR)
+        cached_shell.cell("demo", ADD_TIR)
         out = torch.empty(5)
-        cache_shell.ns["demo"].add_tir(X, Y, out)
-        shown = repr(cache_shell.run("%tvmcache"))
-    assert torch.equal(out, X + Y) and tir_compiles(cache_shell.ns["demo"]) == [("add_tir",)]
+        cached_shell.ns["demo"].add_tir(X, Y, out)
+        shown = repr(cached_shell.run("%tvmcache"))
+    assert torch.equal(out, X + Y) and tir_compiles(cached_shell.ns["demo"]) == [("add_tir",)]
     assert len(cache_notices(caught)) == 1
     assert (
         f"  not trusted, so off: {directory} is writable by its group and others (mode 0777). "
@@ -831,17 +827,18 @@ def test_tvmcache_says_when_the_cache_is_off(shell, capsys):
     assert "compile cache: off" in capsys.readouterr().out
 
 
-def test_the_magic_passes_its_cache_to_new_modules(cache_shell):
-    cache_shell.cell("demo", ADD_TIR)
+def test_the_magic_passes_its_cache_to_new_modules(cached_shell):
+    cached_shell.cell("demo", ADD_TIR)
     out = torch.empty(5)
-    cache_shell.ns["demo"].add_tir(X, Y, out)
-    magics = cache_shell.ip.magics_manager.registry["TVMModuleMagics"]
+    cached_shell.ns["demo"].add_tir(X, Y, out)
+    magics = cached_shell.ip.magics_manager.registry["TVMModuleMagics"]
     magics.compile_cache().flush()
-    cache_shell.run("%tvmmodule_drop demo")
-    cache_shell.cell("demo", ADD_TIR)
-    cache_shell.ns["demo"].add_tir(X, Y, out)
+    cached_shell.run("%tvmmodule_drop demo")
+    cached_shell.cell("demo", ADD_TIR)
+    cached_shell.ns["demo"].add_tir(X, Y, out)
     assert (
-        tir_compiles(cache_shell.ns["demo"]) == [] and cache_shell.ns["demo"].stats.cache_hits == 1
+        tir_compiles(cached_shell.ns["demo"]) == []
+        and cached_shell.ns["demo"].stats.cache_hits == 1
     )
 
 

@@ -21,7 +21,6 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core import cpu_schedules
 from tvm_pyfunc_nb._core.crash_guards import (
     guard,
     guard_bounds,
@@ -31,6 +30,7 @@ from tvm_pyfunc_nb._core.crash_guards import (
     out_of_bounds,
 )
 from tvm_pyfunc_nb._core.live_module import LiveModule
+from tvm_pyfunc_nb._core.tuning import cpu_schedules
 
 # An x86-64 CPU for each vector width: (float32 lanes, mcpu)
 WIDTHS = [(4, "x86-64"), (8, "haswell"), (16, "skylake-avx512")]

@@ -140,23 +140,26 @@ def test_a_long_compile_shows_in_the_views_of_its_module(shell, monkeypatch):
     assert view.progress.layout.display == "none" and view.progress.value == ""
 
 
-def test_a_pane_called_after_its_cell_ran_says_so_in_the_static_html(shell):
+def test_the_static_html_shows_each_pane_as_its_cell_ended(shell):
     """A front end without widgets (GitHub, a saved notebook) shows the text and HTML of the
-    cell's output: they follow the panes, under the display id the cell's output has."""
+    cell's output: each pane as the user saw it when that cell ended. A later call never shows
+    early; a later cell that replaces the function is said, under the cell's display id."""
     with capture_output() as shown:
         view = shell.cell("demo", ADD_TIR + MAIN_PYFUNC)
         shell.run(INPUTS + "z = 1")  # a cell that calls nothing changes nothing
-        first = len(shown.outputs)
-        shell.run("demo.main(x, y)")
-    drawn, *updates = shown.outputs
+        shell.run("demo.main(x, y)")  # a later call: the widget follows, the static HTML does not
+        assert "[2, 4, 6, 8]" in results_text(view, "main")
+        drawn_only = len(shown.outputs)
+        shell.cell("demo", MAIN_PYFUNC.replace("z * 2", "z * 3"), cell_id="later")
+    drawn = shown.outputs[0]
+    updates = [o for o in shown.outputs[1:] if o.update]  # the later cell's own view aside
     assert {WIDGET_MIME, "text/plain", "text/html"} <= set(drawn.data) and not drawn.update
-    assert "not called yet" in visible(drawn.data["text/html"])
-    assert first == 1 and len(updates) == 1, [o.data.get("text/plain") for o in shown.outputs]
-    (update,) = updates
+    assert drawn_only == 1 and "not called yet" in visible(drawn.data["text/html"])
+    (update,) = updates  # main was replaced: said once; add_tir stays as its cell ended
     assert update.update and update.transient["display_id"] == drawn.transient["display_id"]
     static = visible(update.data["text/html"])
-    assert static.count("called after this cell ran") == 2, static  # main, and add_tir through it
-    assert "[2, 4, 6, 8]" in static and "not called yet" not in static
+    assert "is now defined by a later cell" in static and "[2, 4, 6, 8]" not in static
+    assert static.count("not called yet") == 1, static  # add_tir, as its cell ended
     assert update.data[WIDGET_MIME] == drawn.data[WIDGET_MIME]  # the same widget, drawn again
     assert view.display_handle.display_id == drawn.transient["display_id"]
 

@@ -15,7 +15,7 @@ import ipywidgets
 import psutil
 import pytest
 import torch
-from cells import elementwise_kernel, vector_relax
+from cells import elementwise_kernel, kernel_then_pyfunc
 from tvm import relax
 
 from tvm_pyfunc_nb import CallError, TVMScriptError
@@ -40,15 +40,8 @@ def main(self, x, y):
     z = self.call_tir(self.add_k, [x, y], out_ty=R.Tensor((x.shape[0],), "float32"))
     return self.post(z)
 """
-GRAPH = vector_relax(
-    "pipe",
-    """
-n = T.int64()
-cls = session
-z = R.call_tir(cls.add_k, (x, y), out_ty=R.Tensor((n,), "float32"))
-w = R.call_py_func("post", z, out_ty=R.Tensor((n,), "float32"))
-return R.multiply(w, R.const({k}, "float32"))
-""",
+GRAPH = kernel_then_pyfunc(
+    "pipe", "session", "add_k", "post", then='return R.multiply(w, R.const({k}, "float32"))'
 )
 CELLS = {"kernel": KERNEL, "pyfuncs": PYFUNCS, "graph": GRAPH}
 BROKEN = """

@@ -338,15 +338,17 @@ def test_time_gives_sane_numbers_and_a_ratio_against_a_reference(shell):
     kernel = demo.time("mm", a, b, torch.empty(128, 128), number=2, repeat=3)
     samples_sane(kernel)
     assert len(kernel.function.samples) == 3 and kernel.function.how.startswith("time_evaluator")
-    assert kernel.against is None and kernel.ratio is None
+    assert kernel.against is None and kernel.speed is None
 
     x, y = torch.randn(64, 64), torch.randn(64, 64)
     relax_fn = demo.time("rmm", x, y, number=3, repeat=3, against=torch.matmul)
     samples_sane(relax_fn)
     assert relax_fn.against is not None and relax_fn.against.how == "wall clock"
     assert relax_fn.against.what == "torch.matmul" and len(relax_fn.against.samples) == 3
-    assert relax_fn.ratio == pytest.approx(relax_fn.median / relax_fn.against.median)
-    assert relax_fn.ratio > 0 and "torch.matmul" in repr(relax_fn)
+    assert relax_fn.speed == pytest.approx(relax_fn.against.median / relax_fn.median)
+    verdict = relax_fn.verdict()  # one convention: × the reference's speed, both times shown
+    assert "torch.matmul's speed (above 1 is faster)" in verdict and verdict.count(" against ") == 1
+    assert "faster than" not in repr(relax_fn) and "slower" not in repr(relax_fn)
 
     pyfunc = demo.time("scale", x, number=3, repeat=2)
     samples_sane(pyfunc)
@@ -487,7 +489,7 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
 
     with capture_output() as shown:
         report = demo.tune("mm", trials=4)
-    assert type(report).__name__ == "TuningReport" and report.kernel == "mm"
+    assert type(report).__name__ == "TuningReport" and report.function == "mm"
     started, ended = shown.outputs  # the progress line, then its text where tuning ended
     assert started.data["text/plain"] == "tuning mm: 0 of 4"
     assert ended.update and ended.data["text/plain"].startswith("tuning mm: 4 of 4 · best ")

@@ -14,7 +14,7 @@ import pytest
 import torch
 import tvm
 import tvm_ffi
-from cells import elementwise_kernel, vector_relax
+from cells import elementwise_kernel, kernel_then_pyfunc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import relax
@@ -94,17 +94,13 @@ def double(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
             B[vi] = A[vi] * T.float32(2)
 """
 
-MAIN = vector_relax(
+MAIN = kernel_then_pyfunc(
     "main",
-    """
-n = T.int64()
-cls = Mod
-z = R.call_tir(cls.add_tir, (x, y), out_ty=R.Tensor((n,), "float32"))
-w = R.call_py_func("scale", z, out_ty=R.Tensor((n,), "float32"))
+    "Mod",
+    then="""\
 p = R.call_py_func("pair", w, y, out_ty=[R.Tensor((n,), "float32"), R.Tensor((n,), "float32")])
 r = R.call_py_func("noise", out_ty=R.Tensor((4,), "float32"))
-return p[0]
-""",
+return p[0]""",
 ).lstrip("\n")
 
 HELPER = """\

@@ -101,6 +101,9 @@ def test_a_site_is_short_in_a_row_and_whole_in_a_message():
         "encoder.layer.0.attention.self.query (Linear), modeling_bert.py:312: q = f(x)"
     )
     assert SourceSite("", "Net", "/m/x.py", 3, "").short() == "Net · x.py:3"
+    # a notebook cell's code: never the kernel's temporary file, which says nothing to a reader
+    cell = SourceSite("", "Net", "/tmp/ipykernel_23015/1146111172.py", 3, "y = f(x)")
+    assert str(cell) == "Net, notebook cell, line 3: y = f(x)"
 
 
 def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from(net):
@@ -118,7 +121,9 @@ def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from
     comparison = live.compare("main", model, x)
     assert comparison.op_header()[-1] == "where"
     assert all(row[-1] for row in comparison.op_table_rows() if row[0] != "gv")
-    assert fc1 in repr(comparison)
+    # every binding passes: the result shows a count, and the full table is one call away
+    assert "0 outside the tolerance; every row: .full()" in repr(comparison)
+    assert fc1 not in repr(comparison) and fc1 in repr(comparison.full())
 
 
 def test_an_edit_keeps_every_other_bindings_source_and_a_divergence_names_its_line(shell, net):
@@ -137,6 +142,14 @@ def test_an_edit_keeps_every_other_bindings_source_and_a_divergence_names_its_li
     assert (
         f"at encoder.0.act (ReLU), {line(Block, 'self.fc2(self.act(hidden))')}: "
         "return self.fc2(self.act(hidden))" in comparison.verdict()
+    )
+    # shown: the first divergence with the rows just before and after it, and how to see all
+    shown = repr(comparison)
+    rows = comparison.shown_ops()
+    assert comparison.ops[rows.start + 2] is first and len(rows) <= 6
+    assert f"rows {rows.start + 1} to {rows.stop} below, every row: .full()" in shown
+    assert len(repr(comparison.full()).splitlines()) == len(shown.splitlines()) - len(rows) + len(
+        comparison.ops
     )
 
 

@@ -19,9 +19,9 @@ from cells import MLP
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
-from tvm_pyfunc_nb._core.function_tuning import default_schedule, kernel_tasks
-from tvm_pyfunc_nb._core.scheduling import _tuning_target
-from tvm_pyfunc_nb._core.tuning import unscheduled
+from tvm_pyfunc_nb._core.tuning.entry import unscheduled
+from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
+from tvm_pyfunc_nb._core.tuning.relax_kernels import default_schedule, kernel_tasks
 
 MATMUL = """
 @R.function
@@ -32,14 +32,6 @@ def rmm(
 """
 
 CUDA_ZERO = "--target cuda --device cuda --pipeline zero"
-
-
-@pytest.fixture
-def cached_shell(shell, tmp_path):
-    """The shell with a compile cache of the test's own (the tuning database lives there)."""
-    shell.run(f"%config TVMModuleMagics.cache_dir = {str(tmp_path / 'cache')!r}")
-    yield shell
-    shell.run("%config TVMModuleMagics.cache_dir = ''")
 
 
 def tuned_kernels(lowered: str) -> set[str]:
@@ -70,7 +62,7 @@ def test_tune_a_relax_function_then_a_new_module_uses_its_schedules(cached_shell
 
     with capture_output() as shown:
         report = demo.tune("rmm", trials=4)
-    assert type(report).__name__ == "FunctionTuningReport" and report.function == "rmm"
+    assert type(report).__name__ == "TuningReport" and report.function == "rmm"
     assert report.trials_run == 4 and report.trials_kept == 4, report
     (row,) = report.rows
     assert row.kernel == "matmul" and row.calls == 1 and row.trials == 4, row
@@ -80,7 +72,7 @@ def test_tune_a_relax_function_then_a_new_module_uses_its_schedules(cached_shell
     database = demo._parts.schedules.database()
     (task,) = kernel_tasks(unscheduled(demo._parts, "rmm", link_first=False), "rmm")
     workload = task.workload
-    target = _tuning_target(demo._parts.target)
+    target = tuning_target(demo._parts.target)
     records = database.get_top_k(database.commit_workload(workload), 100)
     default = str(default_schedule(workload, target).trace)
     assert any(str(r.trace) == default for r in records), [str(r.trace) for r in records]
@@ -159,7 +151,7 @@ def test_dlight_on_a_cpu_relax_function_without_gemv_or_reductions_says_so(shell
 
 SCANS = """
 import inspect, sys
-from tvm_pyfunc_nb._core.scheduling import _import_tensor_intrinsics
+from tvm_pyfunc_nb._core.tuning import import_tensor_intrinsics
 
 scans = []  # the files inspect.getmodule scans every loaded module for (its caches know none)
 getmodule = inspect.getmodule
@@ -171,7 +163,7 @@ def counted(obj, _filename=None):
                 scans.append(file)
     return getmodule(obj, _filename)
 inspect.getmodule = counted
-_import_tensor_intrinsics()  # called from this code, whose file "<string>" no module has
+import_tensor_intrinsics()  # called from this code, whose file "<string>" no module has
 assert "tvm.s_tir.tensor_intrin" in sys.modules
 assert "<string>" not in inspect.modulesbyfile  # answered only while the import ran
 print(len(scans))

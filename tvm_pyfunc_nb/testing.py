@@ -73,7 +73,7 @@ def second_run_here(target: str) -> str | None:
     """Why a test run for `target` would show nothing here that the run for this CPU does not,
     or None if it would: it cannot run here, or this CPU's vectors hold as many floats (the CPU
     schedule makes the same kernels for both)."""
-    from ._core.cpu_schedules import vector_lanes
+    from ._core.tuning import vector_lanes
 
     why = cannot_run_here(target)
     if why is None and vector_lanes(_llvm(target)) == vector_lanes(_llvm(None)):
@@ -368,3 +368,43 @@ def _server_answers(port: int) -> bool:
     except TVMModuleError:
         return False
     return True
+
+
+# -- passes at fault, made to order (TVM 0.27 has no miscompile left for bisect to find) -------
+def add_becomes_subtract():
+    """A Relax pipeline (for `relax.register_pipeline`) of one pass of our own,
+    `AddBecomesSubtract`, that turns every `R.add` of the module's Relax functions into
+    `R.subtract`: wrong numbers, made to order. The pass is made inside the pipeline function,
+    so that it reaches the build worker (`_core/build_worker/jobs.py`)."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="AddBecomesSubtract")
+    def swap(mod, ctx):
+        add = tvm.ir.Op.get("relax.add")
+
+        @relax.expr_functor.mutator
+        class Swap(relax.PyExprMutator):
+            def visit_call_(self, call):
+                call = super().visit_call_(call)
+                return relax.op.subtract(*call.args) if call.op.same_as(add) else call
+
+        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+        for gv, func in mod.functions_items():
+            if isinstance(func, relax.Function):
+                out[gv] = Swap(mod).visit_expr(func)
+        return out
+
+    return swap
+
+
+def aborts():
+    """A Relax pipeline of one pass, `Aborts`, that ends the process that runs it
+    (`os.abort()`): a crash made to order. Never compile with it in a process you keep."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="Aborts")
+    def abort(mod, ctx):
+        os.abort()
+
+    return abort

@@ -36,7 +36,6 @@ from ..errors import (
 from .build_cache import BuildCache
 from .compile_cache import code_target
 from .compile_stats import CompileStats
-from .cpu_schedules import schedule_kernels
 from .failed_bindings import kernel_binding, unlowered_binding
 from .kernel_builds import KernelBuilds, binds_threads, build_here
 from .kernel_sites import KernelSites, Recording, describe_kernel, recording
@@ -53,6 +52,7 @@ from .offload import NONE, TORCH, check_offload, offload_to_torch
 from .options import TARGET_ENV, default_target
 from .pipelines import pipeline_for
 from .target_text import check_cpu, target_config
+from .tuning.cpu_schedules import schedule_kernels
 
 
 class Build:
@@ -117,6 +117,8 @@ class Build:
         # a compile says about a kernel: a model's module and source line
         self.site_of: Callable[[str, str], object] | None = None
         self._noticed: set[str] = set()  # kernels whose schedule fallback was said already
+        # False: the pipeline's kernels keep TVM's default schedule (a reference build's)
+        self.scheduled = True
 
     # -- PrimFuncs -----------------------------------------------------------------
     def kernels(
@@ -223,7 +225,7 @@ class Build:
         start = time.perf_counter()
         try:
             with self._compiling("vm", names):
-                lowered, recorded = self._lowered(mod)
+                lowered, recorded = self._lowered(mod, scheduled=self.scheduled)
             builder = relax.ExecBuilder()
             leftover = _vmcodegen(builder, lowered)
         except CompileError:  # the build worker's own account of a crash

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -40,12 +40,14 @@ from .cells import RELAX
 from .importing import NodeRef, TorchOrigin
 from .module_parts import ModuleParts
 from .tables import text_table
-from .tracing import Trace, trace
+from .tracing import NonFinite, Trace, inputs_of, stop, trace
 
 # Units in the last place one op may be off by on its own (before its reduction's sqrt(n)).
 ROUNDING_ULPS = 8
 # How much an op may amplify the error its inputs carry, relative to its values' size.
 ERROR_GROWTH = 16
+# A result shows the op rows around its first divergence (every row: `Comparison.full()`).
+ROWS_BEFORE, ROWS_AFTER = 2, 3
 WITHIN_ROUNDING = "≤ rounding"  # what a table shows for an error its op's rounding explains
 
 
@@ -133,6 +135,12 @@ class Comparison:
     ops: list[OpCheck] | None = None  # None: not compared op by op
     why_not_op_by_op: str = ""
     output_names: list[str] = field(default_factory=list)  # `logits`, `0`, `1.0`: PyTorch's
+    show_all: bool = False  # show every op row (`full()`), not only those around a divergence
+    nonfinite: NonFinite | None = None  # where the first divergence's NaN comes from
+
+    def nonfinite_text(self) -> str:
+        """What the verdict adds when the first divergence is a NaN: where it starts."""
+        return f"; the first non-finite value: {self.nonfinite}" if self.nonfinite else ""
 
     @property
     def passed(self) -> bool:
@@ -149,7 +157,7 @@ class Comparison:
     def output_rows(self) -> list[tuple[str, str, str, str]]:
         names = self.output_names or [str(i) for i in range(len(self.outputs))]
         return [
-            (f"output {which}", *_errors(d), _judged(d))
+            (f"output {which}", *error_cells(d), _judged(d))
             for which, d in zip(names, self.outputs, strict=True)
         ]
 
@@ -164,7 +172,7 @@ class Comparison:
                 rows.append((check.binding, check.op, torch_op, "", "", verdict))
             else:
                 d = check.diff
-                rows.append((check.binding, check.op, torch_op, *_errors(d), _judged(d)))
+                rows.append((check.binding, check.op, torch_op, *error_cells(d), _judged(d)))
         return rows
 
     def _sited(self) -> bool:
@@ -184,6 +192,38 @@ class Comparison:
             for row, c in zip(self.op_rows(), self.ops, strict=True)
         ]
 
+    def full(self) -> Comparison:
+        """The same result shown with every binding's row (the default shows the rows around the
+        first divergence, and none when every binding passes)."""
+        return replace(self, show_all=True)
+
+    def shown_ops(self) -> range:
+        """The indices of the op rows shown: every one with `full()`, else the first divergence
+        with the rows just before and after it (none when no binding diverges)."""
+        count = len(self.ops or ())
+        if self.show_all:
+            return range(count)
+        first = self.first_divergence
+        if first is None:
+            return range(0)
+        at = self.ops.index(first)
+        return range(max(0, at - ROWS_BEFORE), min(count, at + 1 + ROWS_AFTER))
+
+    def op_summary(self) -> str:
+        """`op by op: 172 of 191 bindings have a PyTorch value, 12 outside the tolerance`, and
+        which rows follow."""
+        ops = self.ops or []
+        compared = sum(c.diff is not None for c in ops)
+        failed = sum(c.diff is not None and not c.diff.passed for c in ops)
+        line = f"op by op: {compared} of {len(ops)} bindings have a PyTorch value, {failed} "
+        line += "outside the tolerance"
+        shown = self.shown_ops()
+        if len(shown) == len(ops):
+            return line
+        if not shown:
+            return f"{line}; every row: .full()"
+        return f"{line}; rows {shown.start + 1} to {shown.stop} below, every row: .full()"
+
     def verdict(self) -> str:
         """One line that agrees with the tables: whether the outputs match, and where the
         numbers diverge first (with how to open that function)."""
@@ -199,6 +239,7 @@ class Comparison:
                 f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
+            error += self.nonfinite_text()
             if self.passed:
                 return f"{self._within()}, but {which} diverges: {error}"
             return f"first divergence: {which}: {error}"
@@ -220,12 +261,11 @@ class Comparison:
             text_table(("output", "max abs", "max rel", ""), self.output_rows()),
         ]
         if self.ops is not None:
-            compared = sum(c.diff is not None for c in self.ops)
-            lines += [
-                "",
-                f"op by op: {compared} of {len(self.ops)} bindings have a PyTorch value",
-                text_table(self.op_header(), self.op_table_rows()),
-            ]
+            lines += ["", self.op_summary()]
+            shown = self.shown_ops()
+            if shown:
+                rows = self.op_table_rows()
+                lines.append(text_table(self.op_header(), [rows[i] for i in shown]))
         elif self.why_not_op_by_op:
             lines.append(self.why_not_op_by_op)
         return "\n".join(lines)
@@ -277,7 +317,7 @@ def op_checks(
     checks = []
     for traced in trace.intermediates:
         value = calls.get(traced.name)
-        inputs = _inputs(value)
+        inputs = inputs_of(value)
         inherited = max((error.get(name, 0.0) for name in inputs), default=0.0)
         node = origin.bindings.get(traced.name)
         expected = None
@@ -294,17 +334,6 @@ def op_checks(
         error[traced.name] = max(inherited, diff.relative_to_scale if diff else 0.0)
         checks.append(OpCheck(traced.name, traced.op, node, diff))
     return checks
-
-
-def _inputs(value) -> list[str]:
-    """The bindings and parameters a binding's value reads."""
-    if isinstance(value, relax.Call):
-        return [name for arg in value.args for name in _inputs(arg)]
-    if isinstance(value, relax.Tuple):
-        return [name for item in value.fields for name in _inputs(item)]
-    if isinstance(value, relax.TupleGetItem):
-        return _inputs(value.tuple_value)
-    return [value.name] if isinstance(value, relax.Var) else []
 
 
 def _reduction(value, shapes: Mapping[str, tuple], out: tuple) -> int:
@@ -344,7 +373,7 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _errors(d: Difference) -> tuple[str, str]:
+def error_cells(d: Difference) -> tuple[str, str]:
     """A row's max abs and max rel error: digits where they say something about the function.
     A relative error is the error over the smallest values, so its digits follow the last bits
     of those values: two of them, and above 1 (values off by more than themselves) none."""
@@ -380,5 +409,11 @@ def compare(
         )
     traced = trace(parts, fn, args)
     names, outputs = output_differences(traced.output, expected, rtol, atol)
-    ops = op_checks(traced, parts.entry(fn).func, origin, args, rtol, atol)
-    return Comparison(parts.name, fn, rtol, atol, outputs, ops, output_names=names)
+    func = parts.entry(fn).func
+    ops = op_checks(traced, func, origin, args, rtol, atol)
+    result = Comparison(parts.name, fn, rtol, atol, outputs, ops, output_names=names)
+    first = result.first_divergence
+    if first is not None and "NaN" in first.diff.note:
+        stop(traced, func, args, "nonfinite")
+        result.nonfinite = traced.stopped
+    return result

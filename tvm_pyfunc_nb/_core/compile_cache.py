@@ -108,6 +108,12 @@ STALE_TEMP_SECONDS = 3600
 MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
 
 
+def _shown_path(path: str) -> str:
+    """`path` relative to the working directory when it is inside it (as git shows paths)."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
 @dataclass(frozen=True)
 class CacheSummary:
     """What `%tvmcache` shows: where the cache is, whether it is trusted, how full, and what it
@@ -133,7 +139,7 @@ class CacheSummary:
             else "  trusted: no one else can change it"
         )
         lines = [
-            f"compile cache: {self.location}",
+            f"compile cache: {_shown_path(self.location)}",
             trust,
             f"  {self.entries} {'entry' if self.entries == 1 else 'entries'}, "
             f"{_size(self.size)} of {_size(self.max_size)}",

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import torch
 
 from ..errors import ModelImportError, last_reason
+from .source_sites import place
 
 MAX_REASON_LINES = 6
 _TRAILER = "The error above occurred when calling torch.export"
@@ -73,12 +74,13 @@ def translation_failure(
 
 
 def _last_user_call(text: str) -> str | None:
-    """`file:line: code` of the last `File "...", line N, in f` of a quoted stack."""
+    """`file:line: code` of the last `File "...", line N, in f` of a quoted stack (a notebook
+    cell's code as such: `source_sites.place`)."""
     calls = _USER_CALL.findall(text)
     if not calls:
         return None
     path, line, code = calls[-1]
-    return f"{path}:{line}: {code.strip()}"
+    return f"{place(path, int(line), whole_path=True)}: {code.strip()}"
 
 
 def _user_frame(err: BaseException) -> str | None:
@@ -89,7 +91,10 @@ def _user_frame(err: BaseException) -> str | None:
         for f in traceback.extract_tb(err.__traceback__)
         if not f.filename.startswith(_PACKAGES) and f.line
     ]
-    return f"{frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line}" if frames else None
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{place(frame.filename, frame.lineno or 0, whole_path=True)}: {frame.line}"
 
 
 def _capped(text: str, max_chars: int = 300) -> str:

@@ -12,8 +12,9 @@ as one `ModuleParts` (module_parts.py), and delegates:
 - the `CallTable` (call_table.py): the fast callables (callables.py) and
   the latest call of each function;
 - features, each a function of the parts in its own module: `trace`
-  (tracing.py), `compare` (comparing.py), `time` (timing.py),
-  `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning.py),
+  (tracing.py), `compare` (comparing.py; `by="kernel"`: kernel_compare.py),
+  `time` (timing.py), `profile` (profiling.py),
+  `lowered`/`kernels`/`source` (lowering.py), `schedule`/`tune` (tuning/),
   `export` (exporting.py), `script`/`edit_text` (script_text.py).
 
 What it owns itself is the one rule that ties the parts together, `_commit`:
@@ -33,10 +34,13 @@ from typing import Any
 import tvm
 
 from . import (
+    bisecting,
     comparing,
     exporting,
     front_end_port,
+    kernel_compare,
     lowering,
+    profiling,
     script_text,
     timing,
     tracing,
@@ -52,7 +56,6 @@ from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable
-from .function_tuning import KernelSchedules, schedules_dir
 from .importing import added_contribution, binding_site, import_torch
 from .isolation import isolate
 from .module_parts import ModuleParts
@@ -88,8 +91,7 @@ class LiveModule(UpstreamInterface):
         build.on_compile = front_end_port.compile_hook(self)
         # where imports and compiles run: here, or in the build worker (--isolate)
         self._isolation = isolate(build, self.options) if self.options.isolate else None
-        tuned = schedules_dir(persistent_cache, name, build.target)
-        schedules = KernelSchedules(tuned, build.target)
+        schedules = tuning.kernel_schedules(persistent_cache, name, build.target)
         build.after_pipeline = schedules.apply
         calls = CallTable(self.stats, vars(self))
         compiler = Compiler(build, PyFuncBridge(calls, name))
@@ -290,15 +292,29 @@ class LiveModule(UpstreamInterface):
         `tvm.runtime.load_module` (Relax functions that call pyfuncs are left out)."""
         return exporting.export_library(self._parts, path)
 
-    def trace(self, fn: str, *args) -> tracing.Trace:
+    def trace(self, fn: str, *args, stop_at: str | None = None) -> tracing.Trace:
         """Run Relax function `fn` once and return every intermediate by binding name, in order,
-        as `torch.Tensor`s; shown as a table of binding, op, shape, dtype, min/max/mean."""
-        return tracing.trace(self._parts, fn, args)
+        as `torch.Tensor`s; shown as a table of binding, op, shape, dtype, min/max/mean.
+        `stop_at="nonfinite"` stops at the first binding that makes nan or inf from finite
+        inputs, and names it, its op, its inputs' ranges and its source line."""
+        return tracing.trace(self._parts, fn, args, stop_at=stop_at)
 
-    def compare(self, fn: str, reference, *args, rtol=1e-5, atol=1e-6) -> comparing.Comparison:
+    def compare(
+        self, fn: str, reference, *args, rtol=1e-5, atol=1e-6, by="binding"
+    ) -> comparing.Comparison:
         """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's
-        error, pass/fail; op by op when `fn` came from `add_torch(reference)`."""
-        return comparing.compare(self._parts, fn, reference, args, rtol, atol)
+        error, pass/fail; op by op when `fn` came from `add_torch(reference)`. `by="kernel"`:
+        each compiled kernel's output against the binding it computes (in PyTorch, or in a
+        build with every optional pass off), naming the first that diverges."""
+        return kernel_compare.compare(self._parts, fn, reference, args, rtol, atol, by)
+
+    def bisect(self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6) -> bisecting.Bisection:
+        """The first optional pass of `fn`'s build (Relax pipeline, then TIR) that changes its
+        numbers on `args` or crashes, found by building in a child process with passes 1..k on;
+        `.save("repro.py")` writes a standalone file that shows it. A pass of your own joins
+        the search through a Relax pipeline (`relax.register_pipeline`, `--pipeline NAME`);
+        bisecting.py says how, and which passes stay on."""
+        return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc
@@ -318,8 +334,15 @@ class LiveModule(UpstreamInterface):
 
     def time(self, fn: str, *args, number=10, repeat=5, against=None) -> timing.Timing:
         """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
-        clock); `against=callable` times a reference on the same inputs and shows the ratio."""
+        clock); `against=callable` times a reference on the same inputs and shows the function's
+        speed as a multiple of the reference's (`Timing.speed`: above 1 is faster)."""
         return timing.time_function(self._parts, fn, args, number, repeat, against)
+
+    def profile(self, fn: str, *args, number=10, repeat=5) -> profiling.Profile:
+        """Time every kernel Relax function `fn` launches on `args` (TIR kernels, PyTorch calls,
+        pyfuncs; the VM's own work apart): a table slowest first, with the bindings and PyTorch
+        ops fused into each and where they came from."""
+        return profiling.profile(self._parts, fn, args, number, repeat)
 
     def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or

@@ -29,10 +29,10 @@ from .call_table import CallTable
 from .compiler import Compiler
 from .contributions import FunctionEntry
 from .editing import ConstantTable, name_constants
-from .function_tuning import KernelSchedules
 from .importing import TorchOrigin, constant_names
 from .options import ModuleOptions
 from .runner import Runner
+from .tuning.relax_kernels import KernelSchedules
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,6 +23,9 @@ import torch
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*(?:\n[ \t]+([^\n]*))?')
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 SHORT_PATH = 30  # characters of a module path a table row shows (its last components)
+# The file a Jupyter kernel (ipykernel) or a plain IPython shell compiles a cell's code under:
+# a temporary path that says nothing to a reader, and differs on every run.
+_NOTEBOOK_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-\d+-[0-9a-f]+>$")
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class SourceSite:
     @property
     def location(self) -> str:
         """`modeling_bert.py:312`"""
-        return f"{os.path.basename(self.file)}:{self.line}" if self.file else ""
+        return place(self.file, self.line) if self.file else ""
 
     @property
     def module_path(self) -> str:
@@ -60,6 +63,15 @@ class SourceSite:
         head = f"{self.path} ({self.module})" if self.path else self.module
         line = f"{self.location}: {self.code}" if self.code else self.location
         return ", ".join(p for p in (head, line) if p)
+
+
+def place(path: str, line: int, whole_path: bool = False) -> str:
+    """What a reader is told of a line of source: `modeling_bert.py:312` (the whole path if
+    `whole_path`, as an error gives it), or `notebook cell, line 3` for code a notebook cell
+    defined (never the kernel's temporary file, which differs on every run)."""
+    if _NOTEBOOK_CELL.search(path):
+        return f"notebook cell, line {line}"
+    return f"{path if whole_path else os.path.basename(path)}:{line}"
 
 
 def site_of(node: torch.fx.Node) -> SourceSite | None:

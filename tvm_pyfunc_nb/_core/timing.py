@@ -8,6 +8,10 @@ reference runs under `torch.inference_mode()` (no autograd), as a deployed
 model would, and on as many threads as TVM's pool has when the function runs
 on this CPU: a ratio across different thread counts compares machines, not
 code. Each side says how many threads it ran on.
+
+Against a reference, the figure is a speed ratio, the reference's median time over the
+function's: `× torch.matmul's speed`, above 1 faster. Every figure this package and its
+tutorials and benchmarks print against PyTorch follows that one convention.
 """
 
 from __future__ import annotations
@@ -71,16 +75,21 @@ class Timing:
         return self.function.std
 
     @property
-    def ratio(self) -> float | None:
-        """The function's median time over the reference's: below 1 means faster than it."""
-        return self.function.median / self.against.median if self.against else None
+    def speed(self) -> float | None:
+        """The function's speed as a multiple of the reference's: the reference's median time
+        over the function's. Above 1 the function is faster (2.0: it takes half the time)."""
+        return self.against.median / self.function.median if self.against else None
 
     def verdict(self) -> str:
+        """One line: the median per call, and against a reference its speed as a multiple of the
+        reference's (the one ratio this package prints), with both times."""
         if self.against is None:
             return f"{self.function.what}: {duration(self.median)} per call (median)"
-        ratio = self.ratio
-        faster = f"{1 / ratio:.2f}× faster" if ratio < 1 else f"{ratio:.2f}× slower"
-        return f"{self.function.what} is {faster} than {self.against.what} (median per call)"
+        return (
+            f"{self.function.what} runs at {speed_text(self.speed)} {self.against.what}'s speed "
+            f"(above 1 is faster): {duration(self.median)} against "
+            f"{duration(self.against.median)} per call (medians)"
+        )
 
     def rows(self) -> list[tuple[str, str, str, str, str]]:
         found = [self.function, *([self.against] if self.against else [])]
@@ -168,6 +177,11 @@ def name_of(func: Callable) -> str:
     if name is None:
         return repr(func)
     return f"torch.{name}" if getattr(torch, name, None) is func else name
+
+
+def speed_text(speed: float) -> str:
+    """`2.41×`, `0.18×`, `0.011×`: two decimals, or two significant digits below 0.1."""
+    return f"{speed:.2f}×" if speed >= 0.1 else f"{speed:.2g}×"
 
 
 def duration(seconds: float, digits: int = 3) -> str:

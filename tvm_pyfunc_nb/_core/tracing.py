@@ -17,12 +17,15 @@ import torch
 import tvm
 from tvm import relax
 
+from ..errors import CallError
 from .cells import PYFUNC, RELAX
 from .module_parts import ModuleParts
 from .relax_rewrite import relax_closure, sub_module
 from .source_sites import SourceSite
 from .tables import text_table
 from .tensors import to_torch
+
+STOPS = ("nonfinite",)  # what `trace(..., stop_at=)` can stop at
 
 # A mean within this many units in the last place of a tensor's largest value shows as `~0`.
 MEAN_NOISE_ULPS = 8
@@ -86,6 +89,78 @@ class TracedValue:
     value: torch.Tensor
 
 
+def inputs_of(value) -> list[str]:
+    """The bindings and parameters a binding's value reads, by name."""
+    if isinstance(value, relax.Call):
+        return [name for arg in value.args for name in inputs_of(arg)]
+    if isinstance(value, relax.Tuple):
+        return [name for item in value.fields for name in inputs_of(item)]
+    if isinstance(value, relax.TupleGetItem):
+        return inputs_of(value.tuple_value)
+    return [value.name] if isinstance(value, relax.Var) else []
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """The first binding whose value holds nan or inf while every input it reads is finite."""
+
+    binding: str
+    op: str
+    what: str  # "3 nan", "1 inf, 2 nan"
+    inputs: tuple[tuple[str, str], ...]  # (input, "[min, max]") for each tensor it reads
+    site: SourceSite | None = None
+
+    def __str__(self) -> str:
+        ranges = "; ".join(f"{name} in {span}" for name, span in self.inputs) or "no tensor inputs"
+        where = f" at {self.site}" if self.site else ""
+        return (
+            f"`{self.binding}` = {self.op} makes {self.what} from finite inputs ({ranges}){where}"
+        )
+
+
+def first_nonfinite(
+    func: relax.Function, values: Mapping[str, torch.Tensor], params: Mapping[str, object], where
+) -> NonFinite | None:
+    """The first binding of `func` with a non-finite value (`values`, by binding) whose inputs
+    (`values` and the call's `params`) are all finite; `where(binding)` its `SourceSite`."""
+    known = {**params, **values}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            name = binding.var.name
+            value = values.get(name)
+            if not _floating(value) or bool(value.isfinite().all()):
+                continue
+            inputs = [(n, known[n]) for n in dict.fromkeys(inputs_of(binding.value)) if n in known]
+            tensors = [(n, v) for n, v in inputs if isinstance(v, torch.Tensor)]
+            if all(bool(v.isfinite().all()) for n, v in tensors if _floating(v)):
+                return NonFinite(
+                    name,
+                    op_of(binding.value),
+                    nonfinite_count(value),
+                    tuple((n, span(v)) for n, v in tensors),
+                    where(name),
+                )
+    return None
+
+
+def _floating(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def nonfinite_count(value: torch.Tensor) -> str:
+    nan, inf = int(value.isnan().sum()), int(value.isinf().sum())
+    return ", ".join(f"{k} {what}" for k, what in ((nan, "nan"), (inf, "inf")) if k)
+
+
+def span(value: torch.Tensor) -> str:
+    """`[min, max]` of a tensor (its true-count for booleans)."""
+    if value.numel() == 0:
+        return "empty"
+    if value.dtype == torch.bool or value.is_complex():
+        return summary(value)
+    return f"[{value.min().item():.4g}, {value.max().item():.4g}]"
+
+
 class Trace(Mapping[str, torch.Tensor]):
     """The intermediates of one run of `function`, in order: `trace["lv1"]` is a `torch.Tensor`.
 
@@ -107,6 +182,8 @@ class Trace(Mapping[str, torch.Tensor]):
         self.output = output
         self.where = dict(where or {})
         self._by_name = {v.name: v.value for v in intermediates}
+        self.stop_at: str | None = None  # what the trace was asked to stop at
+        self.stopped: NonFinite | None = None  # where it stopped (None: it ran to the end)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._by_name[name]
@@ -139,10 +216,24 @@ class Trace(Mapping[str, torch.Tensor]):
             (*row, site.short() if (site := self.where.get(row[0])) else "") for row in self.rows()
         ]
 
+    def stopped_at(self, found: NonFinite) -> None:
+        """Keep the intermediates up to `found`'s binding, where the trace stops."""
+        self.stopped = found
+        names = [v.name for v in self.intermediates]
+        self.intermediates = self.intermediates[: names.index(found.binding) + 1]
+        self._by_name = {v.name: v.value for v in self.intermediates}
+
+    def title(self) -> str:
+        """`trace of f: 12 intermediates`, and where it stopped when asked to stop."""
+        head = f"trace of {self.function}: {len(self)} intermediates"
+        if self.stopped is not None:
+            return f"{head}, stopped at the first non-finite value: {self.stopped}"
+        if self.stop_at is not None:
+            return f"{head}; no binding makes nan or inf from finite inputs"
+        return head
+
     def __repr__(self) -> str:
-        return f"trace of {self.function}: {len(self)} intermediates\n" + text_table(
-            self.header(), self.table_rows()
-        )
+        return f"{self.title()}\n" + text_table(self.header(), self.table_rows())
 
 
 def traced_values(taps: list[Tap], outputs) -> list[TracedValue]:
@@ -177,8 +268,17 @@ def _dtype(value: torch.Tensor) -> str:
     return str(value.dtype).removeprefix("torch.")
 
 
-def trace(parts: ModuleParts, fn: str, args: tuple) -> Trace:
-    """Run Relax function `fn` once on `args`, every intermediate kept by binding."""
+def trace(
+    parts: ModuleParts, fn: str, args: tuple, build=None, stop_at: str | None = None
+) -> Trace:
+    """Run Relax function `fn` once on `args`, every intermediate kept by binding (compiled by
+    `build`, the module's own by default); `stop_at="nonfinite"` keeps them up to the first
+    binding that makes nan or inf from finite inputs."""
+    if stop_at is not None and stop_at not in STOPS:
+        raise CallError(
+            f"trace: stop_at must be one of {', '.join(map(repr, STOPS))} or None, not {stop_at!r}",
+            function=fn,
+        )
     entry = parts.entry(fn, kind=RELAX, needed_by="trace")
     copy, taps = tapped(entry.func)
     state = parts.state
@@ -189,8 +289,22 @@ def trace(parts: ModuleParts, fn: str, args: tuple) -> Trace:
         attrs=mod.attrs,
     )
     compiler = parts.compiler
-    linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
+    build = build or compiler.build
+    linked = build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
     output, values = parts.runner.run_relax(fn, linked, entry, args)
     origin = parts.torch_origins.get(fn)
     where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
-    return Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})
+    traced = Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})
+    if stop_at is not None:
+        stop(traced, entry.func, args, stop_at)
+    return traced
+
+
+def stop(traced: Trace, func: relax.Function, args: tuple, stop_at: str) -> None:
+    """Cut `traced` after the first binding that makes nan or inf from finite inputs."""
+    traced.stop_at = stop_at
+    params = {p.name: a for p, a in zip(func.params, args, strict=False)}
+    found = first_nonfinite(func, traced, params, traced.where.get)
+    if found is None:
+        return
+    traced.stopped_at(found)

@@ -209,21 +209,27 @@ def _live_module_bundle(live: LiveModule) -> dict:
 
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
+    from .._core.bisecting import Bisection
     from .._core.comparing import Comparison
     from .._core.compile_stats import CompileStats
-    from .._core.function_tuning import FunctionTuningReport
+    from .._core.kernel_compare import KernelComparison
     from .._core.lowering import KernelList
+    from .._core.profiling import Profile
     from .._core.timing import Timing
     from .._core.tracing import Trace
+    from .._core.tuning import TuningReport
 
     return {
         Trace: render.trace_html,
         Comparison: render.comparison_html,
+        KernelComparison: render.kernel_comparison_html,
+        Bisection: render.bisection_html,
         Timing: render.timing_html,
         KernelList: render.kernels_html,
+        Profile: render.profile_html,
         CompileStats: render.stats_html,
         UpdateResult: render.update_html,
-        FunctionTuningReport: render.function_tuning_html,
+        TuningReport: render.tuning_html,
     }
 
 

@@ -279,18 +279,9 @@ def notices_html(result: UpdateResult, by: str | None = "this cell") -> str:
     return f'<div style="{_NOTICES}">' + "<br>".join(lines) + "</div>"
 
 
-def cell_html(
-    live: LiveModule, result: UpdateResult, scripts: dict[str, str], drawn: float | None = None
-) -> str:
-    """A cell's view as static HTML. A call made after the view was `drawn` (a later cell's) is
-    marked: a saved notebook shows the view as it was when the notebook stopped."""
-    rows = []
-    for name in result.defined:
-        record = live.last_calls.get(name)
-        results = results_html(live, name, record)
-        if record is not None and drawn is not None and record.when > drawn:
-            results = _muted("called after this cell ran, by a later cell:", "div") + results
-        rows.append(function_row_html(script_html(scripts[name]), results))
+def cell_html(result: UpdateResult, scripts: dict[str, str], results: dict[str, str]) -> str:
+    """A cell's view as static HTML: each function's script beside its `results` pane (HTML)."""
+    rows = [function_row_html(script_html(scripts[name]), results[name]) for name in result.defined]
     return f'<div style="{_VIEW}">{notices_html(result)}{"".join(rows)}</div>'
 
 
@@ -444,8 +435,8 @@ def _titled(title: str, *parts: str) -> str:
 
 
 def trace_html(trace) -> str:
-    title = f"trace of {trace.function}: {len(trace)} intermediates"
-    return _titled(title, table_html(trace.header(), trace.table_rows()))
+    marked = len(trace) - 1 if trace.stopped is not None else None
+    return _titled(trace.title(), table_html(trace.header(), trace.table_rows(), marked))
 
 
 def comparison_html(comparison) -> str:
@@ -458,14 +449,52 @@ def comparison_html(comparison) -> str:
     ]
     if comparison.ops is not None:
         first = comparison.first_divergence
-        marked = comparison.ops.index(first) if first is not None else None
-        parts += [
-            _muted("op by op: each binding against the PyTorch node it came from", "div"),
-            table_html(comparison.op_header(), comparison.op_table_rows(), marked),
-        ]
+        shown = comparison.shown_ops()
+        marked = comparison.ops.index(first) - shown.start if first is not None else None
+        parts.append(_muted(escape(comparison.op_summary()), "div"))
+        if shown:
+            rows = comparison.op_table_rows()
+            parts.append(table_html(comparison.op_header(), [rows[i] for i in shown], marked))
     elif comparison.why_not_op_by_op:
         parts.append(_muted(escape(comparison.why_not_op_by_op), "div"))
     return _titled(f"compare {comparison.function}", *parts)
+
+
+def kernel_comparison_html(comparison) -> str:
+    first = comparison.first_divergence
+    verdict_style = _PASSED if comparison.passed and first is None else _FAILED
+    marked = comparison.checks.index(first) if first is not None else None
+    parts = [
+        f'<div style="{verdict_style}">{escape(comparison.verdict())}</div>',
+        table_html(("output", "max abs", "max rel", ""), comparison.output_rows()),
+        _muted(f"kernel by kernel: each launch against {comparison.reference_of_bindings}", "div"),
+        table_html(comparison.kernel_header(), comparison.kernel_rows(), marked),
+    ]
+    return _titled(f"compare {comparison.function} by kernel", *parts)
+
+
+def bisection_html(bisection) -> str:
+    """The pass at fault (or why none is), the builds tried, the diff it made (folded)."""
+    style = _FAILED if bisection.outcome != "same" else _PASSED
+    marked = next(
+        (i for i, t in enumerate(bisection.tried) if t.on == bisection.position),
+        None,
+    )
+    parts = [
+        f'<div style="{style}">{escape(bisection.verdict())}</div>',
+        _muted(
+            escape(
+                f"compared with {bisection.reference}; {len(bisection.passes)} optional passes, "
+                f"{len(bisection.tried)} builds"
+            ),
+            "div",
+        ),
+        table_html(("on", "last pass on", "outcome", ""), bisection.rows(), marked),
+    ]
+    if bisection.diff:
+        head = f"{', '.join(bisection.changed)} before and after {bisection.culprit.name}"
+        parts.append(_details(escape(head), script_html(bisection.diff), opened=True))
+    return _titled(f"bisect {bisection.function}", *parts)
 
 
 def kernels_html(kernels) -> str:
@@ -480,6 +509,25 @@ def timing_html(timing) -> str:
     return _titled(timing.verdict(), *parts)
 
 
+def profile_html(profile) -> str:
+    """The profile's table, a bar in each row for its share of the total."""
+    header = profile.table_header()
+    head = "".join(f'<th style="{_CELL}">{escape(h)}</th>' for h in ("", *header))
+    body = []
+    for row, cells in zip(profile.rows, profile.table_rows(), strict=True):
+        width = round(100 * row.share)
+        colour = _PROFILE_COLOURS.get(row.kind, "#888")
+        bar = (
+            f'<span style="display:inline-block;width:8em;height:0.7em;vertical-align:middle">'
+            f'<span style="display:block;height:100%;width:{width}%;background:{colour}">'
+            "</span></span>"
+        )
+        tds = "".join(f'<td style="{_CELL}">{escape(c)}</td>' for c in cells)
+        body.append(f'<tr><td style="{_CELL}">{bar}</td>{tds}</tr>')
+    table = f'<table style="{_FONT}{_TABLE}"><tr>{head}</tr>{"".join(body)}</table>'
+    return _titled(profile.summary(), table)
+
+
 def stats_html(stats) -> str:
     header = ("function", "compiles", "compile time", "from memory", "from disk")
     return _titled(stats.summary(), table_html(header, stats.rows()))
@@ -491,14 +539,21 @@ def update_html(result: UpdateResult) -> str:
 
 def opened_bundle(text: str) -> dict[str, str]:
     """What `edit` opened in a new cell below, in the output of the cell that called it: a line
-    saying so, the text in a section that opens on a click."""
+    saying so, and the text: all of it in a section that opens on a click (HTML), its first
+    `OPENED_LINES` as plain text (the new cell has the rest)."""
     lines = text.splitlines()
     header = lines[0] if lines else ""
     defined = re.search(r"^(?:async )?def (\w+)", text, re.MULTILINE)
     what = f"`{defined.group(1)}` " if defined else ""
     head = f"opened {what}in a new cell below ({len(lines)} lines, {header})"
     html = _details(escape(head), script_html(text))
-    return {"text/plain": f"{head}\n{text}", "text/html": f'<div style="{_VIEW}">{html}</div>'}
+    plain = [head, *lines[:OPENED_LINES]]
+    if len(lines) > OPENED_LINES:
+        plain.append(f"… {len(lines) - OPENED_LINES} more lines, in the new cell")
+    return {"text/plain": "\n".join(plain), "text/html": f'<div style="{_VIEW}">{html}</div>'}
+
+
+OPENED_LINES = 12  # of what `edit` opened, shown as plain text
 
 
 def work_progress_text(title: str, done: int, total: int, note: str, unit: str = "") -> str:
@@ -525,10 +580,16 @@ def work_progress_html(title: str, done: int, total: int, note: str, unit: str =
     return f'<div style="{_PROGRESS}">{escape(title)}: {bar} {counted}{detail}</div>'
 
 
-def function_tuning_html(report) -> str:
+def tuning_html(report) -> str:
     return _titled(report.summary(), table_html(report.HEADER, report.table_rows()))
 
 
 _MARKED = "background:rgba(176,0,32,0.10);"
+_PROFILE_COLOURS = {
+    "kernel": _KIND_COLOURS[PRIMFUNC],
+    "PyTorch call": "#ee4c2c",
+    "pyfunc": _KIND_COLOURS[PYFUNC],
+    "VM": "#888",
+}
 _PASSED = _FONT + "color:#2e7d32;font-weight:bold;"
 _FAILED = _FONT + "color:#b00020;font-weight:bold;"

@@ -9,8 +9,6 @@ as it is.
 
 from __future__ import annotations
 
-import time
-
 import ipywidgets as widgets
 
 from .._core.cells import PYFUNC
@@ -60,7 +58,7 @@ class FunctionPane(widgets.HBox):
     def refresh(self) -> bool:
         """Render the results again if the latest call changed, or say why they no longer do;
         True if the pane changed."""
-        if not self._is_current():
+        if not self.is_current():
             if self._shown is _REPLACED:
                 return False
             self.results.value = render.replaced_html(self.live, self.name)
@@ -75,7 +73,8 @@ class FunctionPane(widgets.HBox):
         self._shown = shown
         return not first
 
-    def _is_current(self) -> bool:
+    def is_current(self) -> bool:
+        """Whether this pane's definition of its function is still the module's."""
         live = self.live
         return self.name in live.functions and live.entry(self.name).run == self._run
 
@@ -87,7 +86,6 @@ class _View(widgets.VBox):
     css_class: str  # names the view in the page, for styles and browser tests
 
     def __init__(self, children: list[widgets.Widget]):
-        self.drawn = time.time()
         # set when the view is shown with a display id: its text and HTML follow its panes
         self.display_handle = None
         self.progress = widgets.HTML(layout=widgets.Layout(display="none"))
@@ -134,16 +132,34 @@ class CellWidget(_View):
         members = render.scripts(live)[1] if result.defined else {}
         self.scripts = {name: members[name] for name in result.defined}
         self.panes = [FunctionPane(live, name, self.scripts[name]) for name in result.defined]
+        self._ended: dict[str, str] | None = None  # each pane's results when its cell ended
         super().__init__([widgets.HTML(render.notices_html(result)), *self.panes])
 
     def refresh(self) -> None:
-        self.follow(any([pane.refresh() for pane in self.panes]))
+        """The panes follow every call. The static HTML (what a saved notebook shows without
+        widgets) keeps each pane as it was when this view's cell ended: a later cell's call never
+        shows early in an earlier cell; a later cell that replaces or removes a function is said."""
+        before = self._static_results()
+        for pane in self.panes:
+            pane.refresh()
+        if self._ended is None:  # the first refresh comes at the end of the view's own cell
+            self._ended = {pane.name: pane.results.value for pane in self.panes}
+        self.follow(self._static_results() != before)
+
+    def _static_results(self) -> dict[str, str]:
+        ended = self._ended or {}
+        return {
+            pane.name: ended.get(pane.name, pane.results.value)
+            if pane.is_current()
+            else pane.results.value  # the replaced or removed notice
+            for pane in self.panes
+        }
 
     def text(self) -> str:
         return render.cell_text(self.result)
 
     def html(self) -> str:
-        return render.cell_html(self.live, self.result, self.scripts, drawn=self.drawn)
+        return render.cell_html(self.result, self.scripts, self._static_results())
 
 
 class ModuleWidget(_View):

@@ -57,7 +57,8 @@ def leaves(runs: tuple[PassRun, ...]) -> list[PassRun]:
 @tvm.instrument.pass_instrument
 class PassLog:
     """Records each pass, tells the parent its stage, and switches off the passes in `skip`;
-    keeps the IR (JSON) before and after each pass in `snapshots`."""
+    keeps the IR (JSON) before and after each pass in `snapshots` (before only, for a pass
+    switched off: the IR it would have been given)."""
 
     def __init__(self, log: StageLog, skip: frozenset = frozenset(), snapshots=frozenset()):
         self.log = log
@@ -77,13 +78,13 @@ class PassLog:
         self.runs.append(run)
         if ran:
             self._open.append(run)
+        if key in self.wanted:
+            self.snapshots[key] = (tvm.ir.save_json(mod), "")
         return ran
 
     def run_before_pass(self, mod, info) -> None:
         run = self._open[-1]
         self.log.stage(f"{run.phase} pass {run.name}")
-        if run.key in self.wanted:
-            self.snapshots[run.key] = (tvm.ir.save_json(mod), "")
 
     def run_after_pass(self, mod, info) -> None:
         run = self._open.pop()

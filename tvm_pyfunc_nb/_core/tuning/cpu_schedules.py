@@ -24,12 +24,12 @@ from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
 
-from ..errors import reason_sentence
-from .crash_guards import LOWER_SBLOCKS
+from ...errors import reason_sentence
+from ..crash_guards import LOWER_SBLOCKS
+from .schedules import SCHEDULED
 
 ROWS_PER_TILE = 4
 VECTORS_PER_TILE = 4
-SCHEDULED = "tirx.is_scheduled"  # what DLight and MetaSchedule mark (and skip) too
 
 
 def schedule_kernels(

@@ -4,11 +4,11 @@ The one entry point of making a function fast; the live module asks it and
 commits what it returns, without looking at the function's kind:
 
 - a PrimFunc is scheduled by DLight or a function of a Schedule, or tuned by
-  MetaSchedule (scheduling.py): the result is a new PrimFunc, which becomes a
+  MetaSchedule (schedules.py, primfunc.py): the result is a new PrimFunc, which becomes a
   contribution of its own, derived from the kernel's, replacing it until the
   kernel's cell runs again;
 - a Relax function has no kernels of its own, its pipeline makes them
-  (function_tuning.py): their schedules go into the module's
+  (relax_kernels.py): their schedules go into the module's
   `KernelSchedules`, applied after the pipeline every time it compiles, so
   the linked VMs built before must go.
 """
@@ -16,17 +16,21 @@ commits what it returns, without looking at the function's kind:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tvm
 
-from ..errors import CallError, CompileError, ScheduleError, last_reason
-from .cells import PRIMFUNC, RELAX, FunctionSource
-from .contributions import Contribution, FunctionEntry, next_run
-from .function_tuning import FunctionTuningReport, tune_function
-from .importing import typed_global_var
-from .module_parts import ModuleParts
-from .scheduling import TuningReport, by_hand, dlight, tuned, work_dir_for
+from ...errors import CallError, CompileError, ScheduleError, last_reason
+from ..cells import PRIMFUNC, RELAX, FunctionSource
+from ..contributions import Contribution, FunctionEntry, next_run
+from ..importing import typed_global_var
+from .primfunc import tuned
+from .relax_kernels import tune_function
+from .report import TuningReport
+from .schedules import by_hand, dlight
+
+if TYPE_CHECKING:
+    from ..module_parts import ModuleParts
 
 
 @dataclass(frozen=True)
@@ -79,14 +83,11 @@ def tune_kernel(parts: ModuleParts, kernel: str, trials: int) -> tuple[Contribut
         raise CallError("tune: trials must be a positive number", function=kernel)
     refuse_unless_measured_here(parts, kernel)
     original = _original(parts, parts.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
-    build = parts.build
-    work_dir = work_dir_for(build.persistent, kernel, original.func, build.target)
     func, report = tuned(
         original.func,
         kernel,
-        build.target,
+        parts.schedules.records,
         trials,
-        work_dir,
         lambda todo: parts.progress(f"tuning {kernel}", todo),
     )
     origin = f"{parts.name}.tune({kernel!r}, trials={trials})"
@@ -130,7 +131,7 @@ def _replacing(parts: ModuleParts, entry: FunctionEntry, func, origin: str) -> C
 
 
 # -- a Relax function: the schedules its pipeline's kernels get --------------------------------
-def tune_relax(parts: ModuleParts, fn: str, trials: int) -> FunctionTuningReport:
+def tune_relax(parts: ModuleParts, fn: str, trials: int) -> TuningReport:
     """The kernels Relax function `fn` runs, tuned together in `trials` trials; the best
     schedules go into the module's kernel schedules (`parts.schedules`)."""
     refuse_unless_measured_here(parts, fn)

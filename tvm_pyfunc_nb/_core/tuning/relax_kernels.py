@@ -32,34 +32,20 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..errors import CompileCacheWarning, ScheduleError, last_reason
-from . import trust
+from ...errors import CompileCacheWarning, ScheduleError, last_reason
+from .. import trust
+from ..front_end_port import Progress
 from .cpu_schedules import checked_schedule_of, vector_lanes
-from .front_end_port import Progress
-from .scheduling import (
-    RECORD_FILES,
-    _import_tensor_intrinsics,
-    _in_process_builder,
-    _in_process_runner,
-    _quiet,
-    _tuning_target,
-    dlight_rules,
-    measured_seconds,
-    target_digest,
-    tuning_database,
-)
-from .tables import text_table
-
-WORKLOAD = "main"  # a kernel's name inside its MetaSchedule workload
-RECORDS = RECORD_FILES[1]  # the tuning records of a JSONDatabase
-SCHEDULED = "tirx.is_scheduled"
+from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
+from .records import IN_MEMORY, TuningRecords, kept_trials
+from .report import KernelRow, TuningReport, milliseconds
+from .schedules import WORKLOAD, as_kernel, dlight_kernels, tunable
 
 
 def workload(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
@@ -71,82 +57,53 @@ def workload(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
     return _normalize_mod(func)
 
 
-def _is_scheduled(func) -> bool:
-    return isinstance(func, tvm.tirx.PrimFunc) and bool(
-        func.attrs is not None and func.attrs.get(SCHEDULED, False)
-    )
-
-
-def _tunable(func) -> bool:
-    return (
-        isinstance(func, tvm.tirx.PrimFunc)
-        and bool(func.attrs is not None and func.attrs.get("s_tir", False))
-        and not _is_scheduled(func)
-    )
-
-
-def _as_kernel(scheduled: tvm.tirx.PrimFunc, name: str) -> tvm.tirx.PrimFunc:
-    return scheduled.with_attr("global_symbol", name).with_attr(SCHEDULED, True)
-
-
-def schedules_dir(
-    persistent, module_name: str, target: tvm.target.Target
-) -> Callable[..., Path | None] | None:
-    """Where module `module_name` keeps the tuning database of its Relax functions' kernels: a
-    function that finds its folder in the compile cache `persistent` at each use (None when the
-    cache refuses it, `CompileCache.tuning_directory`), or None: no cache, the database stays in
-    memory."""
-    if persistent is None:
-        return None
-    folder = f"{module_name}.relax-{target_digest(target)}"
-    return partial(persistent.tuning_directory, folder, RECORD_FILES)
-
-
 # -- what the build applies after the pipeline ------------------------------------------------
 class KernelSchedules:
-    """The schedules a live module applies to the kernels its pipeline makes.
+    """The schedules a live module applies to the kernels its pipeline makes, and its tuning
+    records (`records`, records.py: PrimFuncs tuned alone keep theirs there too).
 
-    `place(create=...)` finds the folder of the MetaSchedule database (`schedules_dir`; None:
-    kept in memory); `directory` is where the database is, once open; `dlight` names the Relax
+    `directory` is where the Relax kernels' database is, once open; `dlight` names the Relax
     functions whose remaining kernels DLight schedules.
     """
 
-    def __init__(self, place: Callable[..., Path | None] | None, target: tvm.target.Target):
-        self.place = place
+    def __init__(self, records: TuningRecords):
+        self.records = records
+        self.target = records.target
         self.directory: Path | None = None
-        self.target = target
         self.dlight: set[str] = set()
         self._database = None
+        self._on_disk = True  # until its records cannot be read
 
     def database(self, *, create: bool = False):
         """The tuning database, read from disk once, from a folder that passed the trust test
         then (asked again at each call until there is one); None if nothing was ever tuned."""
         if self._database is None:
-            from tvm.s_tir import meta_schedule as ms
-
-            directory = self.place(create=create) if self.place else None
-            if directory is not None and (create or (directory / RECORDS).exists()):
-                try:
-                    self._database = tuning_database(str(directory))
-                    self.directory = directory
-                except Exception as err:  # a record cut short by a full disk; an OSError
-                    self.place = None  # this module keeps its schedules in memory from now on
-                    warnings.warn(
-                        f"compile cache: the tuning records in {directory} cannot be read "
-                        f"({last_reason(err)}); kernels compile with their default schedules "
-                        "and tuning results stay in memory",
-                        CompileCacheWarning,
-                        stacklevel=2,
-                    )
-            if self._database is None and create:
-                self._database = ms.database.MemoryDatabase()
+            folder = self.records.module_folder
+            try:
+                if self._on_disk:
+                    self._database, where = self.records.database(folder, create=create)
+                else:
+                    self._database, where = self.records.in_memory(folder, create=create)
+            except Exception as err:  # a record cut short by a full disk; an OSError
+                self._on_disk = False  # this module keeps its schedules in memory from now on
+                where = self.records.directory(folder, create=False)
+                warnings.warn(
+                    f"compile cache: the tuning records in {where} cannot be read "
+                    f"({last_reason(err)}); kernels compile with their default schedules "
+                    "and tuning results stay in memory",
+                    CompileCacheWarning,
+                    stacklevel=2,
+                )
+                self._database, where = self.records.in_memory(folder, create=create)
+            if self._database is not None and where != IN_MEMORY:
+                self.directory = Path(where)
         return self._database
 
     def dlight_kernels_of(self, lowered: tvm.IRModule, fn: str) -> list[str]:
         """The kernels of `fn` in `lowered` that DLight would schedule."""
         called = _called(lowered, [fn])
         todo = {
-            gv: f for gv, f in lowered.functions_items() if gv.name_hint in called and _tunable(f)
+            gv: f for gv, f in lowered.functions_items() if gv.name_hint in called and tunable(f)
         }
         return sorted(gv.name_hint for gv in dlight_kernels(todo, self.target))
 
@@ -155,19 +112,19 @@ class KernelSchedules:
         updates = {}
         database = self.database()
         if database is not None:
-            target = _tuning_target(self.target)
+            target = tuning_target(self.target)
             for gv, func in lowered.functions_items():
-                if _tunable(func):
+                if tunable(func):
                     mod = workload(func)
                     sch = database.query_schedule(mod, target, WORKLOAD)
                     if sch is not None and not tvm_ffi.structural_equal(sch.mod, mod):
-                        updates[gv] = _as_kernel(sch.mod[WORKLOAD], gv.name_hint)
+                        updates[gv] = as_kernel(sch.mod[WORKLOAD], gv.name_hint)
         if self.dlight:
             called = _called(lowered, self.dlight)
             todo = {
                 gv: f
                 for gv, f in lowered.functions_items()
-                if gv.name_hint in called and gv not in updates and _tunable(f)
+                if gv.name_hint in called and gv not in updates and tunable(f)
             }
             updates.update(dlight_kernels(todo, self.target))
         if not updates:
@@ -186,22 +143,6 @@ def _called(lowered: tvm.IRModule, functions) -> set[str]:
         for fn in functions
         if fn in present
         for gv in relax.analysis.all_global_vars(lowered[fn])
-    }
-
-
-def dlight_kernels(kernels: dict, target: tvm.target.Target) -> dict:
-    """The kernels of `kernels` (`{GlobalVar: PrimFunc}`) that DLight schedules, scheduled."""
-    from tvm.s_tir import dlight as dl
-
-    if not kernels:
-        return {}
-    mod = tvm.IRModule(dict(kernels))  # DLight changes the module it is given: a copy
-    with target:
-        scheduled = dl.ApplyDefaultSchedule(*dlight_rules(target))(mod)
-    return {
-        gv: _as_kernel(scheduled[gv.name_hint], gv.name_hint)
-        for gv in kernels
-        if _is_scheduled(scheduled[gv.name_hint])
     }
 
 
@@ -233,7 +174,7 @@ def kernel_tasks(lowered: tvm.IRModule, fn: str) -> list[KernelTask]:
     tasks: dict[int, list] = {}
     for name, count in calls.items():
         func = lowered[name] if name in present else None
-        if not _tunable(func):
+        if not tunable(func):
             continue
         mod = workload(func)
         key = tvm_ffi.structural_hash(mod)
@@ -251,86 +192,30 @@ def kernel_tasks(lowered: tvm.IRModule, fn: str) -> list[KernelTask]:
     ]
 
 
-# -- tuning ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KernelRow:
-    """One kernel of a tuned function: runs per call, trials kept, its time before and after."""
-
-    kernel: str
-    calls: int
-    trials: int
-    before: float | None
-    after: float | None
-
-    def cells(self) -> tuple[str, ...]:
-        speedup = f"{self.before / self.after:.1f}×" if self.before and self.after else ""
-        before, after = _ms(self.before), _ms(self.after)
-        return (self.kernel, str(self.calls), str(self.trials), before, after, speedup)
-
-
-@dataclass(frozen=True)
-class FunctionTuningReport:
-    """What `NAME.tune("fn", trials=N)` did for a Relax function: a row per kernel."""
-
-    function: str
-    trials_run: int
-    trials_kept: int
-    seconds: float
-    rows: tuple[KernelRow, ...]
-    where: str
-
-    HEADER = ("kernel", "calls", "trials", "time before", "time after", "speedup")
-
-    def total(self, which: str) -> float | None:
-        """The kernels' time per call of the function (each kernel times its calls)."""
-        times = [(getattr(r, which), r.calls) for r in self.rows]
-        if not times or any(t is None for t, _ in times):
-            return None
-        return sum(t * calls for t, calls in times)
-
-    def summary(self) -> str:
-        before, after = self.total("before"), self.total("after")
-        change = f"; kernels per call {_ms(before)} → {_ms(after)}" if before and after else ""
-        return (
-            f"tuned {self.function}: {len(self.rows)} kernels, {self.trials_run} trials "
-            f"measured now in {self.seconds:.1f} s, {self.trials_kept} in its database "
-            f"({self.where}){change}"
-        )
-
-    def table_rows(self) -> list[tuple[str, ...]]:
-        return [row.cells() for row in self.rows]
-
-    def __repr__(self) -> str:
-        return f"{self.summary()}\n{text_table(self.HEADER, self.table_rows())}"
-
-    def _repr_pretty_(self, printer, cycle) -> None:
-        printer.text(repr(self))
-
-
 def tune_function(
     lowered: tvm.IRModule,
     fn: str,
     schedules: KernelSchedules,
     trials: int,
     progress: Callable[[int], Progress],
-) -> FunctionTuningReport:
+) -> TuningReport:
     """Tune the kernels of `fn` (in `lowered`, the pipeline's output without any schedule)
     together, in `trials` trials counting those its database already has."""
     start = time.perf_counter()
     tasks = kernel_tasks(lowered, fn)
     if not tasks:
         raise ScheduleError("its kernels have nothing MetaSchedule can tune", function=fn)
-    target = _tuning_target(schedules.target)
+    target = tuning_target(schedules.target)
     database = schedules.database(create=True)
     defaults = [default_schedule(task.workload, target) for task in tasks]
     kept = sum(
-        _kept_trials(database, task.workload, d) for task, d in zip(tasks, defaults, strict=True)
+        kept_trials(database, task.workload, d) for task, d in zip(tasks, defaults, strict=True)
     )
     todo = max(0, trials - kept)
     reporter = _KernelProgress(tasks, progress(todo) if todo else Progress(), todo)
     try:
         reporter.note("timing each kernel's default schedule")
-        before = [_time_of(sch.mod, target) for sch in defaults]
+        before = [time_of(sch.mod, target) for sch in defaults]
         reporter.before = before
         for task, sch, seconds in zip(tasks, defaults, before, strict=True):
             _keep_default(database, task.workload, sch, target, seconds)
@@ -344,17 +229,17 @@ def tune_function(
     rows = []
     for task, default, seconds in zip(tasks, defaults, before, strict=True):
         sch = database.query_schedule(task.workload, target, WORKLOAD)
-        after = _time_of(sch.mod, target) if sch is not None else None
-        kept_trials = _kept_trials(database, task.workload, default)
-        rows.append(KernelRow(task.name, task.calls, kept_trials, seconds, after))
+        after = time_of(sch.mod, target) if sch is not None else None
+        trials_kept = kept_trials(database, task.workload, default)
+        rows.append(KernelRow(task.name, task.calls, trials_kept, seconds, after))
     kept_now = sum(row.trials for row in rows)
-    return FunctionTuningReport(
+    return TuningReport(
         fn,
         kept_now - kept,
         kept_now,
         time.perf_counter() - start,
         tuple(rows),
-        str(schedules.directory or "in memory"),
+        str(schedules.directory or IN_MEMORY),
     )
 
 
@@ -364,12 +249,12 @@ def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
 
-    _import_tensor_intrinsics()
+    import_tensor_intrinsics()
     work_dir = str(directory or trust.temporary_directory())  # MetaSchedule's logs
     extracted = [
         ms.ExtractedTask(t.names[0], t.workload, target, [t.workload], t.calls) for t in tasks
     ]
-    with _quiet(ms):
+    with quiet(ms):
         contexts, weights = extracted_tasks_to_tune_contexts(
             extracted, work_dir, strategy=_search(), num_threads=os.cpu_count() or 1, seed=0
         )
@@ -379,15 +264,9 @@ def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None
             work_dir=work_dir,
             max_trials_global=todo,
             num_trials_per_iter=_per_iteration(todo, len(tasks)),
-            builder=_in_process_builder(),
-            runner=_in_process_runner(),
             database=database,
-            cost_model="random",
-            measure_callbacks=[
-                *ms.measure_callback.MeasureCallback.create("default"),
-                _per_kernel_callback_class()(reporter.measured),
-            ],
             task_scheduler="gradient",
+            **in_process(reporter.measured),
         )
 
 
@@ -401,15 +280,6 @@ def _search():
     from tvm.s_tir.meta_schedule.search_strategy import EvolutionarySearch
 
     return EvolutionarySearch(population_size=64, init_min_unmeasured=16, genetic_num_iters=2)
-
-
-def _kept_trials(database, mod: tvm.IRModule, default) -> int:
-    """The trials in `database` for kernel `mod` (its default schedule is not a trial)."""
-    if not database.has_workload(mod):
-        return 0
-    records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-    default_text = str(default.trace)
-    return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != default_text)
 
 
 def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
@@ -445,17 +315,6 @@ def _keep_default(database, mod: tvm.IRModule, sch, target, seconds: float | Non
     database.commit_tuning_record(record)
 
 
-def _time_of(mod: tvm.IRModule, target: tvm.target.Target) -> float | None:
-    """Seconds one run of kernel `mod` takes here, timed as MetaSchedule's trials are."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    try:
-        lib = tvm.tirx.build(mod, target=target)
-        return measured_seconds(lib, ArgInfo.from_prim_func(mod[WORKLOAD]))
-    except Exception:  # a kernel that does not build or run alone has no time to show
-        return None
-
-
 class _KernelProgress:
     """The trials of every kernel, reported as one line: which kernel, how far, the best so far."""
 
@@ -477,7 +336,8 @@ class _KernelProgress:
             self.best[task] = seconds
         best = self.best[task]
         name = self.tasks[task].name
-        note = f"kernel {task + 1} of {len(self.tasks)}: {name}, best {_ms(best) if best else '—'}"
+        shown = milliseconds(best) if best else "—"
+        note = f"kernel {task + 1} of {len(self.tasks)}: {name}, best {shown}"
         self.progress.step(self.done, note)
 
     def close(self) -> None:
@@ -485,9 +345,9 @@ class _KernelProgress:
         note = f"{tuned} of {len(self.tasks)} kernels"
         after, was = self._per_call(self.best), self._per_call(self.before)
         if after is not None:
-            note += f" · best {_ms(after)} per call"
+            note += f" · best {milliseconds(after)} per call"
             if was is not None:
-                note += f" (was {_ms(was)})"
+                note += f" (was {milliseconds(was)})"
         self.progress.step(self.done, note)
         self.progress.close()
 
@@ -496,28 +356,3 @@ class _KernelProgress:
         if any(s is None for s in seconds):
             return None
         return sum(s * t.calls for s, t in zip(seconds, self.tasks, strict=True))
-
-
-def _per_kernel_callback_class():
-    """Made on first use: MetaSchedule takes seconds to import."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-    @derived_object
-    class PerKernel(PyMeasureCallback):
-        """Tells `measured(task, seconds)` of each trial (seconds None: the candidate failed)."""
-
-        def __init__(self, measured: Callable[[int, float | None], None]):
-            super().__init__()
-            self.measured = measured
-
-        def apply(self, task_scheduler, task_id, candidates, builder_results, runner_results):
-            for result in runner_results:
-                seconds = min(float(s) for s in result.run_secs) if result.run_secs else None
-                self.measured(int(task_id), seconds)
-
-    return PerKernel
-
-
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1e3:.3f} ms"

@@ -1,0 +1,30 @@
+"""The profile's result object on its own (`_core/profiling.py`): what its table says about rows
+it is given, without compiling anything. The runs themselves are in test_profiling.py."""
+
+from __future__ import annotations
+
+from tvm_pyfunc_nb._core.profiling import VM, KernelTime, Profile
+
+ROWS = [
+    KernelTime("fused_matmul_add", "kernel", 4, 0.003, 0.6, "lv1, lv2", "linear", "m.py:3"),
+    KernelTime("torch.cumsum", "PyTorch call", 1, 0.001, 0.2),
+    KernelTime("VM", VM, 1, 0.001, 0.2),
+]
+
+
+def test_the_total_is_the_rows_sum_and_the_vm_row_is_not_a_kernel():
+    profile = Profile("main", ROWS, whole=0.0052, how="")
+    assert abs(profile.total - 0.005) < 1e-12
+    assert [r.kernel for r in profile.kernels] == ["fused_matmul_add", "torch.cumsum"]
+    assert ROWS[0].mean == 0.003 / 4
+    assert KernelTime("k", "kernel", 0, 0.0, 0.0).mean == 0.0
+
+
+def test_the_table_counts_kernels_and_launches_and_shows_where_only_when_known():
+    text = repr(Profile("main", ROWS, whole=0.0052, how=""))
+    first = text.splitlines()[0]
+    assert first.startswith("profile of main: 2 kernels, 5 launches")
+    assert "60.0%" in text and "m.py:3" in text and "where" in text
+    unsited = Profile("main", ROWS[1:], whole=0.002, how="")
+    assert "where" not in unsited.table_header()
+    assert all(len(row) == len(unsited.table_header()) for row in unsited.table_rows())
