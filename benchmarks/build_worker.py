@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 import tvm
 from tvm import relax
 from workload import primfunc
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core.build import Build, CompileStats, called_prim_funcs
+from tvm_pyfunc_nb._core.build import Build
 from tvm_pyfunc_nb._core.build_worker import (
     BuildWorker,
     build_and_run,
@@ -32,7 +33,9 @@ from tvm_pyfunc_nb._core.build_worker import (
     link_executable,
     lower,
 )
+from tvm_pyfunc_nb._core.compile_stats import CompileStats
 from tvm_pyfunc_nb._core.library_files import write_library
+from tvm_pyfunc_nb._core.linking import called_prim_funcs
 from tvm_pyfunc_nb._core.options import ModuleOptions
 
 OPTIONS = ModuleOptions()
@@ -84,6 +87,27 @@ def edits(worker: BuildWorker, repeats: int) -> dict:
             timed(lambda f=theirs: build_kernels(worker, OPTIONS, {"k0": f}).get_function("k0"))
         )
     return {"here": statistics.median(here), "worker": statistics.median(there)}
+
+
+def isolated_edits(repeats: int) -> dict:
+    """`--isolate`'s cost per compile, as a user meets it: an edit of one PrimFunc (a cell run
+    with a new constant) and a call of it, in a module without and with --isolate (the
+    process's shared worker, warm), alternating. No compile cache on either side."""
+    modules = {"here": LiveModule("here"), "isolated": LiveModule("isolated", isolate=True)}
+    args = [torch.ones(1024), torch.ones(1024), torch.zeros(1024)]
+    for live in modules.values():  # ready: LLVM's first use paid, the worker started
+        live.run_cell(primfunc(0, -1.0))
+        live.k0(*args)
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    for i in range(repeats):
+        for name, live in modules.items():
+
+            def edit_and_call(live=live, constant=1000.0 + i):
+                live.run_cell(primfunc(0, constant))
+                live.k0(*args)
+
+            times[name].append(timed(edit_and_call))
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def links(worker: BuildWorker, repeats: int) -> dict:
@@ -146,6 +170,7 @@ def measure(repeats: int) -> dict:
         timed(lambda: worker.run(functools.partial(sum, [1]))) for _ in range(50)
     )
     figures["edit"] = edits(worker, repeats)
+    figures["isolate"] = isolated_edits(repeats)
     figures["link"] = links(worker, max(3, repeats // 2))
     figures["write"] = writes(repeats)
     worker.close()

@@ -412,8 +412,17 @@ def guard_rows(guards: dict) -> list[Row]:
 
 
 def worker_rows(worker: dict) -> list[Row]:
-    edit, link = worker["edit"], worker["link"]
+    edit, link, isolated = worker["edit"], worker["link"], worker["isolate"]
     return [
+        Row(
+            "worker",
+            "`--isolate`'s cost per compile: a cell that edits one PrimFunc, then a call of it "
+            "(parse, build, load, call; no compile cache either side)",
+            isolated["here"],
+            isolated["isolated"],
+            "≤ 1.2×",
+            isolated["isolated"] / isolated["here"] <= 1.2,
+        ),
         Row(
             "worker",
             "one PrimFunc edit, built and ready to call (TIR build, LLVM code; the worker's "

@@ -116,3 +116,15 @@ def mlp(
         R.output(y)
     return y
 """
+
+
+# A kernel LLVM aborts on (TVM 0.27) when built for plain x86-64: AVX2's `pmadd.wd` on a CPU
+# without AVX2 ("Do not know how to split the result of this operator!")
+LLVM_ABORTS_IN_CODEGEN = """
+@T.prim_func
+def pmadd(a: T.handle, b: T.handle):
+    A = T.match_buffer(a, (4,), "int16x16")
+    B = T.match_buffer(b, (4,), "int32x8")
+    for i in range(4):
+        B[i] = T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", A[i], A[i])
+"""

@@ -39,6 +39,7 @@ SECONDS = {
     "tests/test_compile_cache.py": 51,
     "notebooks/08_make_it_fast.ipynb[x86-64-v3]": 45,
     "tests/test_first_hour.py": 43,
+    "tests/test_isolate.py": 45,
     "tests/test_offload.py": 31,
     "notebooks/09_another_machine.ipynb": 31,
     "notebooks/09_another_machine.ipynb[x86-64-v3]": 31,

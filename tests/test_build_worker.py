@@ -22,6 +22,7 @@ import psutil
 import pytest
 import torch
 import tvm
+from cells import LLVM_ABORTS_IN_CODEGEN
 from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
@@ -331,14 +332,7 @@ def test_llvm_fatal_error_while_generating_code_is_a_crash_in_stage_codegen(work
     """TVM 0.27 has LLVM abort the process on an x86 intrinsic the target CPU lacks: AVX2's
     `pmadd.wd` in a kernel built for plain x86-64 ("Do not know how to split the result of this
     operator!"). Built in this process, it would end it (and a notebook's kernel)."""
-
-    @T.prim_func
-    def pmadd(a: T.handle, b: T.handle):
-        A = T.match_buffer(a, (4,), "int16x16")
-        B = T.match_buffer(b, (4,), "int32x8")
-        for i in range(4):
-            B[i] = T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", A[i], A[i])
-
+    pmadd = tvm.script.from_source(LLVM_ABORTS_IN_CODEGEN, extra_vars={"T": T})
     generic = ModuleOptions(target='{"kind": "llvm", "mcpu": "x86-64"}')
     with pytest.raises(WorkerCrash) as raised:
         build_kernels(worker, generic, {"pmadd": pmadd})

@@ -11,8 +11,8 @@ import tvm_ffi
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb._core import kept_builds
-from tvm_pyfunc_nb._core.build import Linked
 from tvm_pyfunc_nb._core.kept_builds import MAX_KEPT_VERSIONS, MAX_KEPT_VMS, KeptBuilds
+from tvm_pyfunc_nb._core.linking import Linked
 
 
 def kernel(k: int) -> tvm.tirx.PrimFunc:

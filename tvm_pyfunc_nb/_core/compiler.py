@@ -15,11 +15,13 @@ import tvm
 
 from ..errors import CompileError
 from .assembly import ModuleState
-from .build import Build, CompileRecord, Linked
+from .build import Build
 from .cells import PRIMFUNC, PYFUNC, RELAX
+from .compile_stats import CompileRecord
 from .compiled_module import CompiledPyModule
 from .contributions import FunctionEntry
 from .fault_lines import string_line, tir_call_line
+from .linking import Linked
 from .relax_rewrite import relax_closure, sub_module
 from .trampolines import PyFuncBridge
 
@@ -126,8 +128,8 @@ class Compiler:
         try:
             linked = self.build.link(self.vm_module(state, relax_names), use_cache=use_cache)
             failures = {}
-        except CompileError:
-            linked, failures = self._isolating(state, relax_names, use_cache)
+        except CompileError as err:
+            linked, failures = self._isolating(state, relax_names, use_cache, err)
         self._linked = (state, linked, failures)
         return linked, failures
 
@@ -150,12 +152,17 @@ class Compiler:
         funcs = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
         return self.build.kernels(funcs, wanted=wanted, use_cache=use_cache)
 
-    def _isolating(self, state: ModuleState, relax_names: list[str], use_cache: bool):
-        """A Relax function failed to compile: find which, and link the VM from the others."""
+    def _isolating(
+        self, state: ModuleState, relax_names: list[str], use_cache: bool, failed: CompileError
+    ):
+        """A Relax function failed to compile (`failed`): find which, and link the VM from the
+        others (with one Relax function, it is that one: not compiled again)."""
         failures: dict[str, CompileError] = {}
         entries = state.entries
         for name in relax_names:
             try:
+                if len(relax_names) == 1:
+                    raise failed
                 self.build.link(self.vm_module(state, [name]), use_cache=use_cache)
             except CompileError as err:  # `name` itself, or a PrimFunc it calls (then that one)
                 culprit = err.function if err.function in entries else name

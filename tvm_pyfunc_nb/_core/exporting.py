@@ -26,12 +26,10 @@ import tvm
 
 from .._version import __version__
 from ..errors import TVM_NOTES, CallError, CompileError, last_reason, native_stderr_without
-from .build import Build, called_prim_funcs
 from .cells import PRIMFUNC, PYFUNC, RELAX
 from .editing import module_text
 from .library_files import write_library
 from .module_parts import ModuleParts
-from .offload import NONE
 from .relax_rewrite import py_func_calls, relax_closure, sub_module
 from .tensors import to_torch
 
@@ -273,33 +271,11 @@ def export_library(parts: ModuleParts, path: str) -> LibraryExport:
             relax_names.append(name)
     kernels = {n: e.func for n, e in state.entries.items() if e.kind == PRIMFUNC}
     mod = sub_module(state.ir_mod, relax_closure(relax_names, state.ir_mod))
-    linked = _link_library(parts.build, mod, kernels, path)
-    return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)
-
-
-def _link_library(build: Build, mod: tvm.IRModule, kernels: dict, path: str) -> list[str]:
-    """Link the Relax functions of `mod` and the PrimFuncs `kernels` into one file at `path`,
-    as `tvm.runtime.load_module` loads it; returns the kernels' names.
-
-    The kernels are built again, together: a library loaded from the compile cache
-    cannot be exported a second time. It holds TVM's own kernels for every op, also with
-    --offload torch: a library cannot carry Python."""
-    from tvm import relax
-    from tvm.relax.vm_build import _ffi_api as _vm_ffi
-    from tvm.relax.vm_build import _vmcodegen
-
-    builder = relax.ExecBuilder()
-    functions: dict[str, tvm.tirx.PrimFunc] = {}
-    if any(isinstance(f, relax.Function) for _, f in mod.functions_items()):
-        lowered = build.lower(mod, offload=NONE)
-        functions = {
-            gv.name_hint: f for gv, f in called_prim_funcs(lowered, _vmcodegen(builder, lowered))
-        }
-    functions.update({name: f for name, f in kernels.items() if name not in functions})
     try:
-        libs = [build.tirx_build(functions)] if functions else []
-        executable = _vm_ffi.VMLink(builder, build.target, None, libs, {})
+        executable, linked = parts.build.link_standalone(mod, kernels)
         write_library(executable, path)
+    except CompileError:
+        raise
     except Exception as err:
         raise CompileError(f"exporting the library failed: {last_reason(err)}") from err
-    return list(functions)
+    return LibraryExport(path, relax_names, [n for n in linked if n in kernels], left_out)

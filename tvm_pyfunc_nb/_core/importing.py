@@ -240,10 +240,19 @@ class ImportedModel:
 
 
 def import_torch(
-    model: torch.nn.Module, example_args: Any, *, name: str, dynamic_shapes: Any = None
+    model: torch.nn.Module,
+    example_args: Any,
+    *,
+    name: str,
+    dynamic_shapes: Any = None,
+    custom_convert_map: dict | None = None,
+    translate_first: Callable | None = None,
 ) -> ImportedModel:
     """`model` as one Relax function named `name` (weights as constants), the pyfuncs that run
-    the ops TVM's importer lacks, and where each binding came from."""
+    the ops TVM's importer lacks, and where each binding came from. `custom_convert_map` is
+    TVM's own (`{op name: converter(node, importer)}`). `translate_first(exported, name,
+    model name, custom_convert_map)` translates the exported program before this process does
+    (the build worker, with --isolate: a crash there is the import's error)."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     if not isinstance(model, torch.nn.Module):
@@ -269,16 +278,14 @@ def import_torch(
     # the model on (or editing its weights) never silently changes what the module computes
     for key, value in list(exported.state_dict.items()):
         exported.state_dict[key] = value.detach().clone()
+    if translate_first is not None:
+        translate_first(exported, name, type(model).__name__, custom_convert_map)
     importer = ExportedProgramImporter()
-    importer.env = translated = _Translated()
-    for op, convert in bounded_slices(exported).items():
-        importer.convert_map[op] = functools.partial(convert, importer=importer)
-    found = fallbacks(exported, importer.convert_map, name, type(model).__name__)
-    install(importer, found)
     try:
-        mod = importer.from_exported_program(exported, False, True, False, None)
+        mod, found = translate(importer, exported, name, type(model).__name__, custom_convert_map)
     except Exception as err:  # the importer raises on ops it has no translation for
         raise translation_failure(model, err, exported, importer.env) from err
+    translated = importer.env
     func = mod["main"].with_attr("global_symbol", name)
     check_known_shapes(func, exported, type(model).__name__)
     before_binding_params = importer.block_builder.get()["main"]
@@ -290,6 +297,21 @@ def import_torch(
     )
     functions = tvm.IRModule({name: func, **pyfunc_externs(found)})
     return ImportedModel(functions, origin, [found.notice(name)] if found.regions else [])
+
+
+def translate(importer, exported, name: str, model_name: str, custom_convert_map=None):
+    """TVM's `importer` (an `ExportedProgramImporter`) on `exported`, as `import_torch` runs it:
+    bounded slices, the user's converters, the ops it lacks as PyTorch calls. Returns the
+    module and those calls (`Fallbacks`); raises what the importer raises."""
+    importer.env = _Translated()
+    for op, convert in bounded_slices(exported).items():
+        importer.convert_map[op] = functools.partial(convert, importer=importer)
+    if custom_convert_map:
+        importer.update_convert_map(custom_convert_map)
+    found = fallbacks(exported, importer.convert_map, name, model_name)
+    install(importer, found)
+    mod = importer.from_exported_program(exported, False, True, False, custom_convert_map)
+    return mod, found
 
 
 class _Translated(dict):

@@ -32,7 +32,7 @@ from tvm import relax
 
 from ..errors import CallError
 from . import comparing
-from .build import Build, CompileStats
+from .build import Build
 from .cells import RELAX
 from .comparing import (
     Comparison,
@@ -44,6 +44,7 @@ from .comparing import (
     error_cells,
     output_differences,
 )
+from .compile_stats import CompileStats
 from .kernel_sites import MAX_PLACES
 from .module_parts import ModuleParts
 from .offload import PREFIX

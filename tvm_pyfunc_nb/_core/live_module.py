@@ -47,20 +47,21 @@ from . import (
     tuning,
 )
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
-from .build import Build, CompileRecord, CompileStats
+from .build import Build
 from .call_table import CallTable, RecordView
 from .callables import LazyCallable
 from .cells import PRIMFUNC, PYFUNC, RELAX
+from .compile_stats import CompileRecord, CompileStats
 from .compiled_module import CompiledPyModule
 from .compiler import Compiler
 from .contributions import FunctionEntry, cell_contribution, next_run, python_function
 from .editing import ConstantTable
 from .importing import added_contribution, binding_site, import_torch
+from .isolation import isolate
 from .module_parts import ModuleParts
 from .options import ModuleOptions, check_target_runs_on, device_of, module_options
 from .pyfunc_loader import forget_cell_text, register_cell_text
-from .remote import RemoteDevice
-from .runner import LocalRunner, RemoteRunner
+from .runner import make_runner, remote_address
 from .trampolines import PyFuncBridge
 from .upstream import UpstreamInterface
 
@@ -82,22 +83,19 @@ class LiveModule(UpstreamInterface):
         self.device = device_of(self.device_name)
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.stats = CompileStats()
-        remote = self.options.rpc or None
+        local = remote_address(self.options) is None
         # a remote VM runs on the server, which cannot call back into this process's Python
-        assembly = Assembly(name, relax_may_call_python=remote is None)
-        build = Build(self.options, self.stats, persistent_cache, name)
+        assembly = Assembly(name, relax_may_call_python=local)
+        build = Build(self.options, self.stats, persistent_cache, name, local=local)
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end_port.compile_hook(self)
+        # where imports and compiles run: here, or in the build worker (--isolate)
+        self._isolation = isolate(build, self.options) if self.options.isolate else None
         schedules = tuning.kernel_schedules(persistent_cache, name, build.target)
         build.after_pipeline = schedules.apply
         calls = CallTable(self.stats, vars(self))
         compiler = Compiler(build, PyFuncBridge(calls, name))
-        common = (self, assembly, compiler, calls, self.device)
-        if remote:
-            device = RemoteDevice(remote, self.options, self.stats.uploads.append)
-            runner = RemoteRunner(*common, device)
-        else:
-            runner = LocalRunner(*common)
+        runner = make_runner(self, assembly, compiler, calls, self.device, self.options, self.stats)
         calls.resolver = runner.resolve
         torch_origins: dict = {}
         build.site_of = functools.partial(binding_site, torch_origins)
@@ -157,12 +155,24 @@ class LiveModule(UpstreamInterface):
             self._parts.torch_origins.pop(defined, None)
         return result
 
-    def add_torch(self, model, example_args, *, name="main", dynamic_shapes=None) -> UpdateResult:
+    def add_torch(
+        self, model, example_args, *, name="main", dynamic_shapes=None, custom_convert_map=None
+    ) -> UpdateResult:
         """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
         through `torch.export`; `compare(name, model, ...)` then goes op by op, and rows say
         where each binding came from. An op TVM's importer cannot translate runs as a PyTorch
-        call: a pyfunc (`<name>_<op>`) added with it; the import says which."""
-        imported = import_torch(model, example_args, name=name, dynamic_shapes=dynamic_shapes)
+        call: a pyfunc (`<name>_<op>`) added with it; the import says which.
+        `custom_convert_map` is TVM's own (`{op name: converter(node, importer)}`); with
+        --isolate the import runs in the build worker first."""
+        first = self._isolation.translate_first if self._isolation is not None else None
+        imported = import_torch(
+            model,
+            example_args,
+            name=name,
+            dynamic_shapes=dynamic_shapes,
+            custom_convert_map=custom_convert_map,
+            translate_first=first,
+        )
         by = f"{self.name}.add_torch({type(model).__name__})"
         result = self._add(imported.functions, None, by, imported.notes)
         self._parts.torch_origins[name] = imported.origin

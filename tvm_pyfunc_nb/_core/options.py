@@ -83,6 +83,13 @@ OPTIONS: tuple[Option, ...] = (
         "--rpc",
         metavar="ADDRESS",
     ),
+    Option(
+        "isolate",
+        False,
+        "imports and compiles run in a child process (the build worker), so that a crash "
+        "inside TVM or LLVM is a CompileError or ModelImportError, not the end of the kernel",
+        "--isolate",
+    ),
     Option("rpc_timeout", 60.0, "seconds a remote step (connect, upload, call) may take"),
     Option(
         "cross_compiler",

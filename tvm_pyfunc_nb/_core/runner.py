@@ -30,6 +30,22 @@ from .remote import RemoteDevice
 from .tensors import to_tvm_tensor
 
 
+def remote_address(options) -> str | None:
+    """Where a module's compiled code runs: None for this machine, else the address of the RPC
+    server whose device runs it. The one place that asks; the build (what it may keep on disk,
+    for which CPU) and the assembly (whether Relax may call Python) take its word."""
+    return options.rpc or None
+
+
+def make_runner(live, assembly, compiler, calls, device, options, stats) -> Runner:
+    """The runner of a module: here, or on the remote device `options.rpc` names."""
+    remote = remote_address(options)
+    if remote is None:
+        return LocalRunner(live, assembly, compiler, calls, device)
+    uploads = RemoteDevice(remote, options, stats.uploads.append)
+    return RemoteRunner(live, assembly, compiler, calls, device, uploads)
+
+
 def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
     """Seconds per call of each repeat, from a TVM `time_evaluator`."""
     return tuple(float(s) for s in evaluator(*args).results)

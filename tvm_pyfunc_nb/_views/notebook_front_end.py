@@ -210,8 +210,8 @@ def _live_module_bundle(live: LiveModule) -> dict:
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.bisecting import Bisection
-    from .._core.build import CompileStats
     from .._core.comparing import Comparison
+    from .._core.compile_stats import CompileStats
     from .._core.kernel_compare import KernelComparison
     from .._core.lowering import KernelList
     from .._core.profiling import Profile

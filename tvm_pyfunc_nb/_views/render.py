@@ -26,9 +26,9 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from .._core.assembly import Markup, notice_lines, notices_text
-from .._core.build import CompileRecord
 from .._core.call_table import CallRecord
 from .._core.cells import PRIMFUNC, PYFUNC, RELAX
+from .._core.compile_stats import CompileRecord
 from .._core.live_module import LiveModule, UpdateResult
 from .._core.printer import member_sources, module_script
 from .._core.tensors import describe, to_torch

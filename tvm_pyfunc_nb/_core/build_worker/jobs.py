@@ -38,7 +38,8 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.vm_build import _vmcodegen
 
-from ..build import Build, CompileStats
+from ..build import Build
+from ..compile_stats import CompileStats
 from ..library_files import load_library, write_library
 from ..options import ModuleOptions, device_of
 from .child import StageLog

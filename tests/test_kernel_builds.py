@@ -1,0 +1,52 @@
+"""`kernel_builds` and `build_cache`: stale kernels built together, a kernel that is refused or
+fails built alone without hiding the others, and what was built served again from memory.
+
+Direct: a `Build` for this CPU, no IPython, no disk cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_kept_builds import kernel
+from tvm.script import tirx as T
+
+from tvm_pyfunc_nb._core.build import Build
+from tvm_pyfunc_nb._core.compile_stats import CompileStats
+from tvm_pyfunc_nb._core.options import ModuleOptions
+from tvm_pyfunc_nb.errors import CompileError
+
+
+@T.prim_func
+def calls_out(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+    for i in range(4):
+        B[i] = T.call_extern("float32", "no_such_symbol_here", A[i])
+
+
+@pytest.fixture
+def build() -> Build:
+    return Build(ModuleOptions(), CompileStats())
+
+
+def test_stale_kernels_are_built_together_and_then_served_from_memory(build):
+    funcs = {"one": kernel(1), "two": kernel(2)}
+    built = build.kernel_builds.libraries(funcs, ["one"], use_cache=True)
+    assert built["one"] is built["two"] and built["one"].members == {"one", "two"}
+    assert [(c.kind, c.functions) for c in build.stats.compiles] == [("tir", ("one", "two"))]
+    libs = build.kernels(funcs)
+    assert libs["one"] is libs["two"] is built["one"].lib
+    assert dict(build.stats.served["memory"]) == {"one": 1, "two": 1}
+    assert len(build.stats.compiles) == 1
+
+
+def test_a_refused_kernel_is_an_error_of_its_own_and_hides_no_other(build):
+    libs = build.kernels({"good": kernel(3), "bad": calls_out})
+    assert isinstance(libs["bad"], CompileError) and libs["bad"].function == "bad"
+    assert "no_such_symbol_here" in libs["bad"].about
+    assert not isinstance(libs["good"], CompileError)
+    assert [c.functions for c in build.stats.compiles] == [("good",)]  # refused: never built
+
+
+def test_a_kernel_to_read_is_built_here_and_not_kept(build):
+    lib = build.build_kernel_module("three", kernel(3))
+    assert "three" in lib.inspect_source("ll")
+    assert build.kept.counts()["kernels"] == 0 and build.stats.compiles == []
