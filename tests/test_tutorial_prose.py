@@ -40,7 +40,7 @@ SIBLING_FEATURES = {
     'by="kernel"': r"by=\"kernel\"",
     'stop_at="nonfinite"': r"stop_at=\"nonfinite\"",
 }
-PENDING = {"isolate"}
+PENDING: set[str] = set()
 
 
 def cells(path: Path) -> list[dict]:
