@@ -15,8 +15,10 @@ import time
 
 import pytest
 import torch
+import tvm
 from cells import MLP
 from IPython.utils.capture import capture_output
+from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
 from tvm_pyfunc_nb._core.tuning.entry import unscheduled
@@ -180,3 +182,20 @@ def test_the_tensor_intrinsics_import_scans_the_modules_a_few_times_not_at_every
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split()[-1]) < 50, done.stdout  # 1488 when each frame scanned anew
+
+
+@T.prim_func
+def _gather(
+    a: T.Buffer((4,), "float32"), idx: T.Buffer((4096,), "int64"), b: T.Buffer((4096,), "float32")
+):
+    for i in range(4096):
+        b[i] = a[idx[i]]
+
+
+def test_a_kernel_that_gathers_is_measured_on_indices_inside_its_buffer():
+    """MetaSchedule fills arguments with random bits; an index read that far outside its buffer
+    segfaulted this process (tune of a BERT, whose embeddings gather by token id)."""
+    from tvm_pyfunc_nb._core.tuning import measuring
+
+    seconds = measuring.time_of(tvm.IRModule({"main": _gather}), tvm.target.Target("llvm"))
+    assert seconds is not None and seconds > 0

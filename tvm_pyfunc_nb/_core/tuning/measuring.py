@@ -10,6 +10,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
+import numpy as np
 import tvm
 import tvm_ffi
 
@@ -179,15 +180,28 @@ def time_of(mod: tvm.IRModule, target: tvm.target.Target) -> float | None:
 
 
 def _run(lib, args_info) -> list[float]:
-    """Seconds of each timed run of `lib`'s kernel here, on random arguments shaped `args_info`."""
+    """Seconds of each timed run of `lib`'s kernel here, on arguments shaped `args_info`: floats
+    random, integers and booleans zero (see `_fill`)."""
     from tvm.s_tir.meta_schedule.runner import EvaluatorConfig
     from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common, run_evaluator_common
 
     device = tvm.cpu()
-    fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure", True)
-    args = alloc_argument_common(fill, device, [info.as_json() for info in args_info], 1)
+    args = alloc_argument_common(_fill, device, [info.as_json() for info in args_info], 1)
     config = EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20, enable_cpu_cache_flush=False)
     return run_evaluator_common(lib, device, config, args)
+
+
+def _fill(tensor) -> None:
+    """What a candidate is measured on. MetaSchedule fills every argument with random bits, and
+    runs candidates in worker processes that may die: an integer argument is usually an index
+    (an embedding's token ids, a gather's positions), and a random one reads far outside its
+    buffer. Here, in this process, that was a segfault that ended the kernel (tune of a BERT).
+    Index 0 is inside every buffer that has an element: integers and booleans are zero."""
+    dtype = str(tensor.dtype)
+    if dtype.startswith(("int", "uint", "bool")):
+        tensor.copyfrom(np.zeros(tuple(tensor.shape), dtype=dtype))
+    else:
+        tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")(tensor)
 
 
 _BUILT: dict[str, object] = {}  # artifact path -> library, from the builder to the runner
