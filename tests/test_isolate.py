@@ -177,5 +177,7 @@ def test_bad_isolate_options_change_nothing(shell, worker):
     )
     assert "--isolate" in str(error) and "other" not in shell.ns
     shell.run("%config TVMModuleMagics.isolate = 'yes'")  # IPython says why, and keeps it
+    # ... in the shell's config, where the next load of the extension would meet it again
+    shell.ip.config.TVMModuleMagics.pop("isolate")
     assert shell.magics.isolate is False
     assert not shell.eval("demo.options.isolate")

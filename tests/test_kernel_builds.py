@@ -50,3 +50,27 @@ def test_a_kernel_to_read_is_built_here_and_not_kept(build):
     lib = build.build_kernel_module("three", kernel(3))
     assert "three" in lib.inspect_source("ll")
     assert build.kept.counts()["kernels"] == 0 and build.stats.compiles == []
+
+
+def test_a_kernel_built_here_is_a_module_that_runs_it():
+    import numpy as np
+    import tvm
+
+    from tvm_pyfunc_nb._core.kernel_builds import build_here
+
+    lib = build_here(tvm.IRModule({"main": kernel(3)}), tvm.target.Target("llvm"))
+    a, b = tvm.runtime.tensor(np.arange(4, dtype="float32")), tvm.runtime.empty((4,), "float32")
+    lib["main"](a, b)
+    assert b.numpy().tolist() == [3.0, 4.0, 5.0, 6.0]
+
+
+def test_an_isolated_build_says_what_the_worker_said_last_and_refuses_rpc():
+    from tvm_pyfunc_nb._core.isolation import _last_words, isolate
+    from tvm_pyfunc_nb.errors import TVMModuleError
+
+    said = "compiling...\nLLVM ERROR: Do not know how to split the result\nStack dump:\n0. x"
+    assert _last_words(said) == "LLVM ERROR: Do not know how to split the result"
+    assert _last_words("one\nlast line\n") == "last line" and _last_words("") == ""
+    remote = Build(ModuleOptions(rpc="127.0.0.1:9"), CompileStats(), local=False)
+    with pytest.raises(TVMModuleError, match="--isolate builds for this machine"):
+        isolate(remote, ModuleOptions(isolate=True, rpc="127.0.0.1:9"))

@@ -35,7 +35,7 @@ import tvm
 from tvm import relax
 from tvm.ir import GlobalVar
 
-from ..errors import CallError, native_stderr_silenced
+from ..errors import CallError, ModelImportError, native_stderr_silenced
 from .cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from .contributions import Contribution, FunctionEntry, is_pyfunc_extern, next_run, pyfunc_entry
 from .dynamic_shapes import bounded_slices, check_known_shapes
@@ -283,6 +283,8 @@ def import_torch(
     importer = ExportedProgramImporter()
     try:
         mod, found = translate(importer, exported, name, type(model).__name__, custom_convert_map)
+    except ModelImportError:  # an op that cannot come in even as a PyTorch call: said already
+        raise
     except Exception as err:  # the importer raises on ops it has no translation for
         raise translation_failure(model, err, exported, importer.env) from err
     translated = importer.env
