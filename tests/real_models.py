@@ -290,43 +290,37 @@ class HalveUntilSmall(torch.nn.Module):
         return x
 
 
-ZOO: dict[str, RealModel] = {
-    m.name: m
-    for m in (
-        RealModel("vit", vit, image),
-        RealModel("bert", bert, tokens),
-        RealModel("gpt2", gpt2, tokens),
-        RealModel("llama", llama, tokens),
-        RealModel("resnet", resnet, image),
-        RealModel("mobilenet", mobilenet, image),
-        RealModel("lstm", lambda: LastStep(torch.nn.LSTM), sequence),
-        RealModel("gru", lambda: LastStep(torch.nn.GRU), sequence),
-    )
-}
+def by_name(*models: RealModel) -> dict[str, RealModel]:
+    return {m.name: m for m in models}
 
-FAMILIES: dict[str, RealModel] = {
-    m.name: m
-    for m in (
-        RealModel("qwen2", qwen2, tokens),
-        RealModel("mistral", mistral, tokens),
-        RealModel("t5_encoder", t5_encoder, tokens),
-        RealModel("whisper_encoder", whisper_encoder, audio),
-        RealModel("swin", swin, image),
-        RealModel("clip_vision", clip_vision, image),
-        RealModel("clip_text", clip_text, tokens),
-        RealModel("convnext", convnext, image),
-    )
-}
 
-UNSUPPORTED: dict[str, RealModel] = {
-    m.name: m
-    for m in (
-        RealModel("spectrum", Spectrum, lambda: (torch.randn(2, 8),)),
-        RealModel("buckets", Buckets, lambda: (torch.randn(2, 6),)),
-        RealModel("running_max", RunningMax, lambda: (torch.randn(2, 8),)),
-        RealModel("histogram", Histogram, lambda: (torch.randn(3, 8),)),
-    )
-}
+ZOO = by_name(
+    RealModel("vit", vit, image),
+    RealModel("bert", bert, tokens),
+    RealModel("gpt2", gpt2, tokens),
+    RealModel("llama", llama, tokens),
+    RealModel("resnet", resnet, image),
+    RealModel("mobilenet", mobilenet, image),
+    RealModel("lstm", lambda: LastStep(torch.nn.LSTM), sequence),
+    RealModel("gru", lambda: LastStep(torch.nn.GRU), sequence),
+)
+FAMILIES = by_name(
+    RealModel("qwen2", qwen2, tokens),
+    RealModel("mistral", mistral, tokens),
+    RealModel("t5_encoder", t5_encoder, tokens),
+    RealModel("whisper_encoder", whisper_encoder, audio),
+    RealModel("swin", swin, image),
+    RealModel("clip_vision", clip_vision, image),
+    RealModel("clip_text", clip_text, tokens),
+    RealModel("convnext", convnext, image),
+)
+
+UNSUPPORTED = by_name(
+    RealModel("spectrum", Spectrum, lambda: (torch.randn(2, 8),)),
+    RealModel("buckets", Buckets, lambda: (torch.randn(2, 6),)),
+    RealModel("running_max", RunningMax, lambda: (torch.randn(2, 8),)),
+    RealModel("histogram", Histogram, lambda: (torch.randn(3, 8),)),
+)
 # The op of each that TVM 0.27's importer has no converter for
 UNSUPPORTED_OPS = {
     "spectrum": "aten._fft_r2c.default",
