@@ -9,15 +9,17 @@ holds on any CPU under any load.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import pytest
 import torch
+from test_bringing_in import MLP
 
 from tvm_pyfunc_nb import CallError, LiveModule, UnknownFunctionError
 from tvm_pyfunc_nb._views import render
 
-HERE = os.path.basename(__file__)
+MODEL_FILE = os.path.basename(inspect.getsourcefile(MLP))  # where the model's lines are
 pytestmark = pytest.mark.usefixtures("frozen_heap")
 
 CELL = """
@@ -39,22 +41,12 @@ def f(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
 """
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(16, 32)
-        self.fc2 = torch.nn.Linear(32, 8)
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(x)))
-
-
 @pytest.fixture(scope="module")
 def modules():
     cell = LiveModule("m")
     cell.run_cell(CELL)
     torch.manual_seed(0)
-    model, x = Mlp().eval(), torch.randn(4, 16)
+    model, x = MLP().eval(), torch.randn(4, 8)  # test_bringing_in's: 8 -> 16 -> 4
     offloaded = LiveModule("net", offload="torch")
     offloaded.add_torch(model, (x,))
     yield cell, offloaded, x, model
@@ -89,7 +81,7 @@ def test_pytorch_calls_are_rows_with_the_ops_and_lines_fused_into_them(modules):
     found = offloaded.profile("main", x, number=2, repeat=2)
     linear = next(r for r in found.rows if r.kernel == "torch.linear")
     assert (linear.kind, linear.calls) == ("PyTorch call", 2)
-    assert "addmm" in linear.ops and linear.where.startswith(f"fc1 · {HERE}:")
+    assert "addmm" in linear.ops and linear.where.startswith(f"fc1 · {MODEL_FILE}:")
     relu = next(r for r in found.rows if "relu" in r.kernel)
     assert relu.kind == "kernel" and "relu" in relu.ops
     text = repr(found)
