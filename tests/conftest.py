@@ -37,7 +37,6 @@ SECONDS = {
     "tests/test_long_session.py": 28,
     "tests/test_real_models.py::TestOnAnAVX2CPU": 22,
     "tests/test_compile_cache.py": 51,
-    "notebooks/08_make_it_fast.ipynb[x86-64-v3]": 45,
     "tests/test_first_hour.py": 43,
     "tests/test_isolate.py": 45,
     "tests/test_offload.py": 31,
