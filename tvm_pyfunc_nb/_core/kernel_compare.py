@@ -46,6 +46,7 @@ from .comparing import (
 )
 from .compile_stats import CompileStats
 from .kernel_sites import MAX_PLACES
+from .linking import relax_names
 from .module_parts import ModuleParts
 from .offload import PREFIX
 from .source_sites import where_of
@@ -174,12 +175,8 @@ def compare_kernels(
     linked = parts.compiler.linked_for(parts.state, fn)
     with torch.no_grad():
         expected_output = reference(*args)
-    relax_functions = {
-        gv.name_hint for gv, f in linked.lowered.functions_items() if isinstance(f, relax.Function)
-    }
-    hook = _Outputs(linked.kernels, relax_functions)
-    vm = relax.VirtualMachine(linked.executable, parts.device)
-    vm.set_instrument(hook)
+    hook = _Outputs(linked.kernels, set(relax_names(linked.lowered)))
+    vm = linked.instrumented_vm(parts.device, hook)
     output = to_torch(vm[fn](*to_tvm_tensor(list(args))))
     names, outputs = output_differences(output, expected_output, rtol, atol)
     origin = parts.torch_origins.get(fn)

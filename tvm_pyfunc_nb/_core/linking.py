@@ -53,6 +53,13 @@ class Linked:
                 raise CallError(f"cannot run on {device}: {last_reason(err)}") from err
         return self._vm
 
+    def instrumented_vm(self, device, hook) -> relax.VirtualMachine:
+        """A VM of its own for the executable, `hook` its instrument (`profile`, kernel
+        `compare`): the module's own VM, which calls use, is never instrumented."""
+        vm = relax.VirtualMachine(self.executable, device)
+        vm.set_instrument(hook)
+        return vm
+
 
 def link_vm(
     builder: relax.ExecBuilder,

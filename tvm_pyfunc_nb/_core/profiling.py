@@ -42,11 +42,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import tvm
-from tvm import relax
 
 from ..errors import CallError
 from .cells import RELAX
 from .kernel_sites import site_cells
+from .linking import relax_names
 from .module_parts import ModuleParts
 from .offload import PREFIX
 from .tables import text_table
@@ -234,12 +234,8 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
     parts.function(fn)(*args)  # compiles if needed (not timed), and checks the arguments
     linked = parts.compiler.linked_for(parts.state, fn)
     whole = statistics.median(parts.runner.time(entry, args, number, repeat))
-    relax_functions = {
-        gv.name_hint for gv, f in linked.lowered.functions_items() if isinstance(f, relax.Function)
-    }
-    hook = _Hook(linked.kernels, relax_functions, parts.device, number, repeat)
-    vm = relax.VirtualMachine(linked.executable, parts.device)
-    vm.set_instrument(hook)
+    hook = _Hook(linked.kernels, set(relax_names(linked.lowered)), parts.device, number, repeat)
+    vm = linked.instrumented_vm(parts.device, hook)
     function, tvm_args = vm[fn], to_tvm_tensor(list(args))
     function(*tvm_args)  # kernels timed, the rest warmed up
     hook.end_run()
