@@ -157,7 +157,7 @@ class Comparison:
     def output_rows(self) -> list[tuple[str, str, str, str]]:
         names = self.output_names or [str(i) for i in range(len(self.outputs))]
         return [
-            (f"output {which}", *error_cells(d), _judged(d))
+            (f"output {which}", *error_cells(d), judged(d))
             for which, d in zip(names, self.outputs, strict=True)
         ]
 
@@ -172,7 +172,7 @@ class Comparison:
                 rows.append((check.binding, check.op, torch_op, "", "", verdict))
             else:
                 d = check.diff
-                rows.append((check.binding, check.op, torch_op, *error_cells(d), _judged(d)))
+                rows.append((check.binding, check.op, torch_op, *error_cells(d), judged(d)))
         return rows
 
     def _sited(self) -> bool:
@@ -235,7 +235,7 @@ class Comparison:
                 f"(node `{first.node.node}`){site}"
             )
             error = (
-                f"max abs error {_number(first.diff.max_abs)}"
+                f"max abs error {short_number(first.diff.max_abs)}"
                 f"{f' ({first.diff.note})' if first.diff.note else ''}; "
                 f"open it with {self.module}.edit({self.function!r})"
             )
@@ -327,7 +327,7 @@ def op_checks(
             expected = next((v for v in candidates if isinstance(v, torch.Tensor)), None)
         diff = None
         if expected is not None:
-            reduction = _reduction(value, shapes, tuple(traced.value.shape))
+            reduction = values_summed(value, shapes, tuple(traced.value.shape))
             diff = difference(
                 traced.value, expected, rtol, atol, reduction=reduction, inherited=inherited
             )
@@ -336,7 +336,7 @@ def op_checks(
     return checks
 
 
-def _reduction(value, shapes: Mapping[str, tuple], out: tuple) -> int:
+def values_summed(value, shapes: Mapping[str, tuple], out: tuple) -> int:
     """How many values are summed into each of a binding's: a matmul's inner dimension, a
     convolution's window, a normalization's or softmax's axes, a reduction's or pool's ratio."""
     if not isinstance(value, relax.Call) or not value.args:
@@ -369,7 +369,8 @@ def _shape_of(expr, shapes: Mapping[str, tuple]) -> tuple | None:
         return None
 
 
-def _number(value: float) -> str:
+def short_number(value: float) -> str:
+    """An error as compare prints it: three significant digits."""
     return f"{value:.3g}"
 
 
@@ -380,10 +381,11 @@ def error_cells(d: Difference) -> tuple[str, str]:
     if d.within_rounding:
         return WITHIN_ROUNDING, WITHIN_ROUNDING
     relative = "> 1" if d.max_rel > 1 else f"{d.max_rel:.2g}"
-    return _number(d.max_abs), relative
+    return short_number(d.max_abs), relative
 
 
-def _judged(d: Difference) -> str:
+def judged(d: Difference) -> str:
+    """A row's verdict: pass or FAIL, and why where there is a note."""
     return ("pass" if d.passed else "FAIL") + (f" ({d.note})" if d.note else "")
 
 

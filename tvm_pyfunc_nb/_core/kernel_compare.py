@@ -37,12 +37,12 @@ from .cells import RELAX
 from .comparing import (
     Comparison,
     Difference,
-    _judged,
-    _number,
-    _reduction,
     difference,
     error_cells,
+    judged,
     output_differences,
+    short_number,
+    values_summed,
 )
 from .compile_stats import CompileStats
 from .kernel_sites import MAX_PLACES
@@ -97,7 +97,7 @@ class KernelComparison(Comparison):
             if c.diff is None:
                 row = (c.kernel, bindings, "", "", "", "no reference value")
             else:
-                row = (c.kernel, bindings, c.binding, *error_cells(c.diff), _judged(c.diff))
+                row = (c.kernel, bindings, c.binding, *error_cells(c.diff), judged(c.diff))
             rows.append(row + ((c.where,) if sited else ()))
         return rows
 
@@ -110,7 +110,7 @@ class KernelComparison(Comparison):
         note = f" ({first.diff.note})" if first.diff.note else ""
         line = (
             f"first divergence: {self.named or first.kernel}: "
-            f"max abs error {_number(first.diff.max_abs)}{note}"
+            f"max abs error {short_number(first.diff.max_abs)}{note}"
         )
         return line + self.nonfinite_text()
 
@@ -299,7 +299,8 @@ def _checks(func, sites, launches, values, args, tolerance, pyfuncs) -> list[Ker
         diff = None
         if target is not None:
             reduction = max(
-                (_reduction(calls.get(b), shapes, shapes.get(b, ())) for b in bindings), default=1
+                (values_summed(calls.get(b), shapes, shapes.get(b, ())) for b in bindings),
+                default=1,
             )
             diff = difference(
                 out, values[target], *tolerance, reduction=reduction, inherited=inherited
