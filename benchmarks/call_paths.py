@@ -20,7 +20,7 @@ from cells import ADD_TIR
 from harness import module_cell, notebook_shell, per_call
 from tvm.relax.base_py_module import BasePyModule
 
-from tvm_pyfunc_nb._core import py_registry
+from tvm_pyfunc_nb._core.run import py_registry
 from tvm_pyfunc_nb.testing import NotebookShell
 
 FUNCTIONS = ADD_TIR + textwrap.dedent("""

@@ -17,7 +17,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core import bisect_repro
+from tvm_pyfunc_nb._core.faults import bisect_repro
 
 
 def test_a_pass_tvm_makes_without_arguments_is_written_by_name():

@@ -30,17 +30,17 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
-from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
-from tvm_pyfunc_nb._core.trust import files_problem
-from tvm_pyfunc_nb._core.tuning import (
+from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
+from tvm_pyfunc_nb._core.build.trust import files_problem
+from tvm_pyfunc_nb._core.tuning.entry import unscheduled
+from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
+from tvm_pyfunc_nb._core.tuning.records import (
     RECORD_FILES,
     TuningRecords,
-    kernel_tasks,
     open_database,
     target_digest,
-    tuning_target,
-    unscheduled,
 )
+from tvm_pyfunc_nb._core.tuning.relax_kernels import kernel_tasks
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
