@@ -128,7 +128,7 @@ def callback_floor(demo, x, number: int, rounds: int) -> dict:
 def site_name(module: str, caller: str, pyfunc: str) -> str:
     """The registry name of the one `R.call_py_func` site of `caller` calling `pyfunc` in live
     module `module`: `{prefix}.{caller}.{pyfunc}.{index}.{types hash}`, the prefix
-    `tvmnb<N>.<module>` (`tvm_pyfunc_nb._core.trampolines`).
+    `tvmnb<N>.<module>` (`tvm_pyfunc_nb._core.run.trampolines`).
     """
     found = [
         n

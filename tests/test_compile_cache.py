@@ -883,8 +883,8 @@ def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
 EXIT_WITH_EXPORTS_QUEUED = """
 import sys, tvm
 from tvm_pyfunc_nb import CompileCache, LiveModule
-from tvm_pyfunc_nb._core import compile_cache
-compile_cache._Writer.EXIT_GRACE_SECONDS = 0  # what a long queue comes to once the grace is over
+from tvm_pyfunc_nb._core.build import disk_cache
+disk_cache._Writer.EXIT_GRACE_SECONDS = 0  # what a long queue comes to once the grace is over
 cache = CompileCache(sys.argv[1])
 live = LiveModule("m")
 live.run_cell(sys.argv[2])
