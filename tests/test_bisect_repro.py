@@ -1,4 +1,4 @@
-"""bisect's repro writer on its own (`_core/faults/bisect_repro.py`): passes made by name, IR written
+"""bisect's repro writer on its own (`faults/bisect_repro.py`): passes made by name, IR written
 as TVMScript that parses with its weights, inputs that travel in the file, and the reasons a
 repro cannot be written. The whole search and a repro run in a fresh process: test_bisect.py."""
 

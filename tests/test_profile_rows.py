@@ -1,4 +1,4 @@
-"""The profile's result object on its own (`_core/inspect/profiling.py`): what its table says about rows
+"""The profile's result object on its own (`inspect/profiling.py`): what its table says about rows
 it is given, without compiling anything. The runs themselves are in test_profiling.py."""
 
 from __future__ import annotations
