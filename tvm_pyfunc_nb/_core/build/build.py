@@ -83,7 +83,7 @@ class Build:
         # everything that makes two builds of one function differ, beyond the function itself
         checks = "checked" if checked else "unchecked"
         self.key = (
-            f"{code_target(self.target)} | pipeline {self.pipeline.name} | {checks} | "
+            f"{code_target(self.target)} | pipeline {self.pipeline.key} | {checks} | "
             f"offload {self.offload}"
         )
         self.cache = BuildCache(stats, self.persistent, self.key)
@@ -199,6 +199,8 @@ class Build:
             return lowered, recorded
         if self.after_pipeline is not None:
             lowered = self.after_pipeline(lowered)
+        if not self.pipeline.scheduled:  # tvm.compile's build: tuned schedules only
+            return lowered, recorded
         own = {gv.name_hint for gv, _ in prim_funcs(mod)}
         lowered, failed = schedule_kernels(lowered, self.target, keep=own)
         for kernel, why in failed.items():

@@ -1,36 +1,73 @@
 """A CPU schedule for matmuls and convolutions, and one for element-wise kernels, written once
 and applied to the kernels a pipeline makes.
 
-No Relax pipeline of TVM 0.27 schedules a matmul or a convolution on a CPU
-(DLight's CPU rules cover GEMV and reductions), so a legalized `R.matmul` runs
-as three loops, one multiply-add at a time, on one core. This rule gives every
-matmul-shaped kernel a pipeline made (`C[.., i, j] += A[.., i, k] * B[.., k, j]`,
-`j` the last axis of `B` and `C`: `R.matmul`, batched or not, fused with what
-follows it or not) the classic CPU layout: tiles of 4 rows × 4 vectors computed
-in registers, the tiles spread over the cores, `B` read a row of vectors at a
-time and kept in cache across the rows of a column of tiles, the bias,
-activation or other element-wise ops fused after it applied to each tile as it
-is written. An NCHW `R.nn.conv2d` gets the same, its output channels as rows and
-a row of output pixels as columns. A kernel of element-wise ops (a batch norm with running
-statistics fused with its add and ReLU: five full-size intermediates written and read back, one
-element at a time) becomes one loop nest in vectors over the cores. Only kernels the pipeline
-made are touched: a PrimFunc written in a cell keeps the loops its author wrote.
+No Relax pipeline of TVM 0.27 schedules a matmul or a convolution on a CPU (DLight's CPU rules
+cover GEMV and reductions), so a legalized `R.matmul` runs as three loops, one multiply-add at a
+time, on one core. This rule gives every kernel that multiplies and accumulates as a matmul does
+(`C[.., i, j] += A[.., i, k] * B[.., k, j]`, whatever the names and the number of `i` and `k`
+axes: `R.matmul`, batched or not, an NCHW `R.nn.conv2d`, fused with what follows them or not) the
+classic CPU layout: a tile of rows × vectors of columns computed in registers (as many as the
+target's vector registers hold, with room to spare: 4 × 4 vectors on AVX-512, 4 × 2 on AVX2),
+the tiles spread over the cores, `B` read a row of vectors at a time, the bias, normalization,
+activation or other element-wise ops fused after it applied to each tile as it is written.
+
+Which axis is the vectors' is `B`'s last: a matmul's columns, and a convolution's output
+channels once its weights are stored HWIO (the `fused` pipeline does that: pipelines.py). A
+convolution's tile is then a few output pixels of a row (or a few rows of a small image) times
+a few vectors of output channels; its input is read one value at a time, for any stride and
+padding, and each tile's values are written back to the NCHW output a vector of channels at a
+time. A convolution of OIHW weights (weights not constant) takes its output channels as rows and
+a row of output pixels as vectors instead.
+
+A kernel of element-wise ops (a batch norm with running statistics fused with its add and ReLU:
+five full-size intermediates written and read back, one element at a time) becomes one loop
+nest in vectors over the cores. Only kernels the pipeline made are touched: a PrimFunc written in
+a cell keeps the loops its author wrote.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
+from tvm.sym.pattern import detect_linear_equation
 
 from ...errors import reason_sentence
 from .crash_guards import LOWER_SBLOCKS
 
 # what DLight, MetaSchedule and the CPU schedules mark on a kernel they scheduled (and skip)
 SCHEDULED = "tirx.is_scheduled"
-ROWS_PER_TILE = 4
-VECTORS_PER_TILE = 4
+# vector registers a tile leaves to LLVM (addresses, a second broadcast while the first is in use):
+# without them, LLVM spilled accumulators to the stack on every multiply-add
+SPARE_REGISTERS = 4
+MAX_ROWS = 16  # rows of a tile: beyond, the broadcasts outnumber the vectors they feed
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """A CPU's float32 vectors: lanes per vector register, and how many registers there are."""
+
+    lanes: int
+    registers: int
+
+
+def vector_unit(target: tvm.target.Target) -> VectorUnit:
+    """AVX-512: 32 registers of 16 floats; AVX (AVX2): 16 of 8; SSE and NEON: 16 of 4."""
+    from tvm.target.codegen import target_has_features
+
+    if target_has_features("avx512f", target):
+        return VectorUnit(16, 32)
+    if target_has_features("avx", target):
+        return VectorUnit(8, 16)
+    return VectorUnit(4, 16)
+
+
+def vector_lanes(target: tvm.target.Target) -> int:
+    """float32 lanes of the target's vector registers: 16 (AVX-512), 8 (AVX), 4 (SSE, NEON)."""
+    return vector_unit(target).lanes
 
 
 def schedule_kernels(
@@ -42,14 +79,14 @@ def schedule_kernels(
     written for their kind failed on them, with why (a notice, never a failed compile)."""
     if target.kind.name != "llvm":
         return mod, {}
-    lanes = vector_lanes(target)
+    unit = vector_unit(target)
     updates, failed = {}, {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc) or gv.name_hint in keep:
             continue
         if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
             continue
-        sch, why = checked_schedule_of(func, lanes)
+        sch, why = checked_schedule_of(func, unit)
         if sch is not None:
             updates[gv] = sch.mod["main"].with_attr(SCHEDULED, True)
         elif why:
@@ -62,11 +99,11 @@ def schedule_kernels(
     return mod, failed
 
 
-def checked_schedule_of(func, lanes: int) -> tuple[s_tir.Schedule | None, str]:
+def checked_schedule_of(func, unit: VectorUnit) -> tuple[s_tir.Schedule | None, str]:
     """`default_schedule_of(func)` if it applies and what it makes lowers; else None, with TVM's
     reason if it failed ("" if no schedule is written for what `func` computes)."""
     try:
-        sch = default_schedule_of(func, lanes)
+        sch = default_schedule_of(func, unit)
         if sch is not None:
             _LOWERS_CHECK(tvm.IRModule({"main": sch.mod["main"]}))
     except Exception as err:  # TVM raises its own errors from any primitive or pass
@@ -85,31 +122,33 @@ def _made_of_blocks(func: tirx.PrimFunc) -> bool:
     return isinstance(func.body, s_tir.SBlockRealize)
 
 
-def vector_lanes(target: tvm.target.Target) -> int:
-    """float32 lanes of the target's vector registers: 16 (AVX-512), 8 (AVX), 4 (SSE, NEON)."""
-    from tvm.target.codegen import target_has_features
-
-    if target_has_features("avx512f", target):
-        return 16
-    if target_has_features("avx", target):
-        return 8
-    return 4
-
-
-def default_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
+def default_schedule_of(func, unit: VectorUnit) -> s_tir.Schedule | None:
     """The schedule written once for `func` (a PrimFunc or a module of one named `main`): as a
     matmul or convolution if it is one, else as an element-wise kernel if it is one, else None."""
-    sch = matmul_schedule_of(func, lanes)
-    return sch if sch is not None else elementwise_schedule_of(func, lanes)
+    sch = matmul_schedule_of(func, unit)
+    return sch if sch is not None else elementwise_schedule_of(func, unit.lanes)
 
 
-def matmul_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
+@dataclass(frozen=True)
+class _Axes:
+    """The loops of a matmul-shaped block by their part in its tiles: `outer` (batches, and row
+    axes no tile holds), `rows` (outermost first), the vector loop and its extent, `depth` (the
+    reduction, in the order `B` is stored) and whether the vectors are the output's last axis
+    (else it is written back transposed: a convolution's output channels)."""
+
+    outer: list
+    rows: list
+    cols: object
+    width: int
+    depth: list
+    last_axis: bool
+    dims: dict  # output axis of each row loop and of the vector loop (by `id` of the loop)
+    rank: int  # the output's axes
+
+
+def matmul_schedule_of(func, unit: VectorUnit) -> s_tir.Schedule | None:
     """The schedule (its trace replays it) of `func`, a PrimFunc or a module of one named
-    `main`, as a CPU matmul; None if it is not matmul-shaped.
-
-    A convolution (NCHW) is one too, read the other way round: its rows are the output
-    channels, its columns the output's last axis (a row of pixels), its depth the input
-    channels and the kernel's window."""
+    `main`, as a CPU matmul; None if it is not matmul-shaped."""
     sch = s_tir.Schedule(func)
     reductions = get_reduction_blocks(sch, sch.get_child_blocks(get_root_block(sch)))
     if reductions is None:
@@ -117,38 +156,102 @@ def matmul_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
     block = reductions[0]
     if not _multiply_accumulates(sch.get(block)):
         return None
-    axes = _matmul_axes(sch, block)
+    axes = _matmul_axes(sch, block, unit.lanes)
     if axes is None:
         return None
-    outer, rows, (cols, width), depth = axes
-    vector = _largest_divisor(width, lanes)
-    tile_cols = _largest_divisor(width, vector * VECTORS_PER_TILE, multiple_of=vector)
-    sch.reorder(*outer, *rows, cols, *depth)
-    row = sch.fuse(*rows) if len(rows) > 1 else rows[0]
-    row_tiles, row_in = sch.split(row, [None, ROWS_PER_TILE])
-    col_tiles, col_in = sch.split(cols, [None, tile_cols])
-    col_vectors, lane = sch.split(col_in, [None, vector])
+    vector = _largest_divisor(axes.width, unit.lanes)
+    vector_dim = axes.dims[id(axes.cols)]
+    row_dims = [axes.dims.get(id(loop)) for loop in axes.rows]
+    rows, (height, vectors) = _row_tile(sch, axes.rows, axes.width // vector, unit)
+    col_tiles, col_vectors, lane = sch.split(axes.cols, [None, vectors, vector])
     # a column of tiles in a row: the slice of B they read stays in cache from one to the next
-    sch.reorder(*outer, col_tiles, row_tiles, *depth, row_in, col_vectors, lane)
-    tiles = sch.fuse(*outer, col_tiles, row_tiles)
+    sch.reorder(*axes.outer, col_tiles, *rows.tiles, *axes.depth, *rows.inner, col_vectors, lane)
+    tiles = sch.fuse(*axes.outer, col_tiles, *rows.tiles)
     sch.parallel(tiles)
     sch.vectorize(lane)
-    sch.unroll(row_in)
-    sch.unroll(col_vectors)
+    for loop in [*rows.inner, col_vectors]:
+        sch.unroll(loop)
     tile = sch.cache_write(block, 0, "local")  # the tile's accumulators: registers
+    if not axes.last_axis:  # the accumulators' vectors along the vector axis, as computed
+        sch.transform_layout(block, ("write", 0), _moved_last(vector_dim, axes.rank))
     _inline_consumers(sch, tile)
     sch.reverse_compute_at(tile, tiles)
-    _vectorize_innermost(sch, tile, vector)
-    init = sch.decompose_reduction(block, depth[0])
+    if axes.last_axis:
+        _vectorize_innermost(sch, tile, vector)
+    else:
+        extents = dict.fromkeys(range(axes.rank), 1)
+        extents[vector_dim] = vectors * vector
+        for dim, loop in zip(row_dims[-len(rows.inner) :], rows.inner, strict=True):
+            extents[dim] = _extent(sch, loop)
+        _write_back_by_vectors(sch, tile, extents, vector_dim, vector)
+    init = sch.decompose_reduction(block, axes.depth[0])
     _vectorize_innermost(sch, init, vector)
+    _parallel_producers(sch)
     return sch
 
 
-def _matmul_axes(sch: s_tir.Schedule, block):
-    """The block's loops as (outer loops, row loops, (column loop, its extent), depth loops),
-    or None unless the block is a matmul whose columns are the last axis of B and C (or a
-    convolution whose columns are the last axis of its output), with a static number of
-    columns and depth, one loop for each of its axes."""
+@dataclass(frozen=True)
+class _Rows:
+    tiles: list  # loops over the tiles' rows
+    inner: list  # loops inside a tile
+
+
+def _row_tile(sch: s_tir.Schedule, rows: list, vectors: int, unit: VectorUnit):
+    """The row loops split into tiles and what a tile holds, and (rows, vectors) of a tile: the
+    most accumulators that fit in the registers with room to spare, fewer loads per
+    multiply-add among equals. A tile takes rows of the innermost row loop, and all of it and
+    rows of the next one out when it is short (a convolution's row of a small image)."""
+    extents = [_extent(sch, loop) for loop in rows]
+    budget = unit.registers - SPARE_REGISTERS
+    if not rows:
+        heights = {1: None}
+    elif all(e is not None for e in extents):
+        heights = _row_counts(extents)
+    else:  # a symbolic row count: tiles of 4 rows, the last one partly out of range
+        heights = {4: None}
+    best = None
+    for v in range(1, vectors + 1):
+        if vectors % v:
+            continue
+        fits = [h for h in heights if h * v + v + 1 <= budget and h <= MAX_ROWS]
+        if not fits:
+            continue
+        h = max(fits)
+        key = (h * v, -(h + v))
+        if best is None or key > best[0]:
+            best = (key, h, v)
+    _, height, v = best or ((0, 0), 1, 1)
+    return _split_rows(sch, rows, extents, height), (height, v)
+
+
+def _row_counts(extents: list[int]) -> dict[int, None]:
+    """The rows a tile can hold without a partial tile: a divisor of the innermost row loop's
+    extent, or all of it times a divisor of the next one's."""
+    last = extents[-1]
+    counts = [d for d in range(1, last + 1) if last % d == 0]
+    if len(extents) > 1:
+        counts += [last * d for d in range(2, extents[-2] + 1) if extents[-2] % d == 0]
+    return dict.fromkeys(counts)
+
+
+def _split_rows(sch: s_tir.Schedule, rows: list, extents: list, height: int) -> _Rows:
+    if not rows:
+        return _Rows([], [])
+    if len(rows) > 1 and extents[-1] is None:  # symbolic: the rows fused, as one loop
+        rows, extents = [sch.fuse(*rows)], [None]
+    last = extents[-1]
+    if last is None or height <= last:
+        tiles, inner = sch.split(rows[-1], [None, height])
+        return _Rows([*rows[:-1], tiles], [inner])
+    tiles, inner = sch.split(rows[-2], [None, height // last])
+    return _Rows([*rows[:-2], tiles], [inner, rows[-1]])
+
+
+def _matmul_axes(sch: s_tir.Schedule, block, lanes: int) -> _Axes | None:
+    """The block's loops by their part in a tile, or None unless it is a matmul whose vectors
+    can be `B`'s last axis (its columns; a convolution's output channels), or, for a
+    convolution of OIHW weights, the output's last axis (a row of pixels); with a static number
+    of columns and depth, one loop for each of its axes."""
     stmt = sch.get(block)
     traits = detect_iter_traits(stmt)
     loops = sch.get_loops(block)
@@ -159,36 +262,118 @@ def _matmul_axes(sch: s_tir.Schedule, block):
     for loop, var, trait in zip(loops, stmt.iter_vars, traits[3], strict=True):
         kinds.setdefault(trait.kind, []).append(loop)
         by_var[var.var] = (loop, trait)
-    last = stmt.writes[0].region[-1].min
-    if not isinstance(last, tirx.Var) or last not in by_var:
+    out_last, b_last = stmt.writes[0].region[-1].min, stmt.reads[1].region[-1].min
+    output = stmt.writes[0].region
+    dims = {id(by_var[r.min][0]): d for d, r in enumerate(output) if r.min in by_var}
+    if not all(isinstance(v, tirx.Var) and v in by_var for v in (out_last, b_last)):
         return None
-    col_loop, col_trait = by_var[last]
     depth = kinds.get(IterKind.kIter_K, [])
-    extents = [
-        col_trait.extent,
-        *(t.extent for _, t in by_var.values() if t.kind == IterKind.kIter_K),
-    ]
-    if not all(isinstance(e, tirx.IntImm) for e in extents):
-        return None
-    if col_trait.kind == IterKind.kIter_J:  # a matmul: B's rows are read as vectors too
-        b_last = stmt.reads[1].region[-1].min
-        if len(depth) != 1 or not (isinstance(b_last, tirx.Var) and b_last.same_as(last)):
-            return None
-        rows = kinds.get(IterKind.kIter_I, [])
-        others = kinds.get(IterKind.kIter_J, [])
-        # a batch axis only A has (broadcast) is fused with the rows: a tile of rows must then
-        # never straddle two batches (it was given wrong numbers, a (2, 3, 4) @ (4, 5) here)
-        inner = next(t for loop, t in by_var.values() if loop.same_as(rows[-1])) if rows else None
-        if len(rows) > 1 and not _divides(ROWS_PER_TILE, inner.extent):
-            return None
-    elif col_trait.kind == IterKind.kIter_I and len(kinds.get(IterKind.kIter_J, [])) == 1:
-        rows = kinds[IterKind.kIter_J]  # a convolution: output channels as rows
-        others = kinds.get(IterKind.kIter_I, [])
-    else:
+    depth_extents = [t.extent for _, t in by_var.values() if t.kind == IterKind.kIter_K]
+    if not all(isinstance(e, tirx.IntImm) for e in depth_extents):
         return None
     outer = [*kinds.get(IterKind.kIter_S, []), *kinds.get(IterKind.kIter_T, [])]
-    outer += [loop for loop in others if not loop.same_as(col_loop)]
-    return outer, rows, (col_loop, col_trait.extent.value), depth
+    b_loop, b_trait = by_var[b_last]
+    if _channels_as_rows(stmt, by_var, out_last, lanes):
+        b_trait = None  # a row of pixels fills whole vectors: read them as vectors
+    if b_trait is not None and b_trait.kind == IterKind.kIter_J and _static(b_trait):
+        if len(kinds.get(IterKind.kIter_J, [])) != 1:
+            return None
+        rows = kinds.get(IterKind.kIter_I, [])
+        last_axis = out_last.same_as(b_last)
+        if last_axis and len(depth) != 1:
+            return None
+        if last_axis:
+            rows, more = _rows_of_a_matmul(by_var, rows)
+            if rows is None:
+                return None
+            outer += more
+        else:  # a convolution: its pixels as rows, in the output's order, the last innermost
+            rows = _in_order_of(stmt.writes[0], by_var, rows)
+        depth = _in_order_of(stmt.reads[1], by_var, depth)
+        width = b_trait.extent.value
+        return _Axes(outer, rows, b_loop, width, depth, last_axis, dims, len(output))
+    col_loop, col_trait = by_var[out_last]
+    if col_trait.kind != IterKind.kIter_I or len(kinds.get(IterKind.kIter_J, [])) != 1:
+        return None
+    if not _static(col_trait):
+        return None
+    # a convolution: output channels as rows, a row of pixels as vectors
+    outer += [loop for loop in kinds.get(IterKind.kIter_I, []) if not loop.same_as(col_loop)]
+    rows, width = kinds[IterKind.kIter_J], col_trait.extent.value
+    return _Axes(outer, rows, col_loop, width, depth, True, dims, len(output))
+
+
+def _static(trait) -> bool:
+    return isinstance(trait.extent, tirx.IntImm)
+
+
+def _channels_as_rows(stmt, by_var: dict, out_last, lanes: int) -> bool:
+    """Whether a convolution's tile is better as output channels × a row of pixels in vectors
+    (what its OIHW weights allow too): its output's rows are a whole number of vectors, read
+    from the input as vectors (stride 1). Else (a strided convolution, a row of 56 or 7
+    pixels) its tile is pixels × vectors of output channels, read one input value at a time."""
+    if not (isinstance(out_last, tirx.Var) and out_last in by_var):
+        return False
+    loop, trait = by_var[out_last]
+    if trait.kind != IterKind.kIter_I or not _static(trait) or trait.extent.value % lanes:
+        return False
+    coefficients = detect_linear_equation(stmt.reads[0].region[-1].min, [out_last])
+    return len(coefficients) == 2 and _is_int(coefficients[0], 1)
+
+
+def _is_int(expr, value: int) -> bool:
+    return isinstance(expr, tirx.IntImm) and expr.value == value
+
+
+def _rows_of_a_matmul(by_var: dict, rows: list):
+    """A matmul's rows, and the row loops left outside the tiles. A batch axis only A has
+    (broadcast) is fused with the rows: a tile of rows must then never straddle two batches (it
+    was given wrong numbers, a (2, 3, 4) @ (4, 5) here), so those rows are tiled apart."""
+    if len(rows) <= 1:
+        return rows, []
+    inner = next(t for loop, t in by_var.values() if loop.same_as(rows[-1]))
+    if isinstance(inner.extent, tirx.IntImm) and inner.extent.value >= 4:
+        return rows[-1:], rows[:-1]
+    return None, []
+
+
+def _in_order_of(region, by_var: dict, loops: list) -> list:
+    """`loops` in the order of the axes of the buffer region that indexes them."""
+    position = {}
+    for axis, rng in enumerate(region.region):
+        for var in tvm.tirx.analysis.undefined_vars(rng.min):
+            if var in by_var:
+                position.setdefault(by_var[var][0], axis)
+    return sorted(loops, key=lambda loop: next(p for k, p in position.items() if k.same_as(loop)))
+
+
+def _moved_last(axis: int, rank: int):
+    """An index map of a buffer of `rank` axes that moves axis `axis` to the end."""
+    return lambda *idx: (*idx[:axis], *idx[axis + 1 : rank], idx[axis])
+
+
+def _write_back_by_vectors(
+    sch: s_tir.Schedule, tile, extents: dict[int, int], vector_dim: int, vector: int
+) -> None:
+    """The tile's values to the output with the accumulators' axis innermost, in vectors (the
+    element-wise ops fused after the matmul computed on vectors; the stores go one by one).
+    `extents`: the tile's extent along each output axis; `reverse_compute_at` made a loop for
+    each axis of more than one, in order."""
+    dims = [dim for dim, extent in sorted(extents.items()) if extent > 1]
+    loops = sch.get_loops(tile)[-len(dims) :]
+    channel = loops[dims.index(vector_dim)]
+    sch.reorder(*[loop for loop in loops if not loop.same_as(channel)], channel)
+    sch.vectorize(sch.split(channel, [None, vector])[1])
+
+
+def _parallel_producers(sch: s_tir.Schedule) -> None:
+    """Blocks computed whole before the matmul (a convolution's padded input) over the cores."""
+    for block in sch.get_child_blocks(get_root_block(sch)):
+        if _reduces(sch, block) or sch.get_consumers(block) == []:
+            continue
+        loops = sch.get_loops(block)
+        if len(loops) > 1 and all(sch.get(loop).kind == tirx.ForKind.SERIAL for loop in loops):
+            sch.parallel(sch.fuse(*loops[:-2]) if len(loops) > 2 else loops[0])
 
 
 def _multiply_accumulates(block) -> bool:
@@ -242,8 +427,9 @@ def _largest_divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
     return max(d for d in range(multiple_of, min(n, at_most) + 1, multiple_of) if n % d == 0)
 
 
-def _divides(d: int, extent) -> bool:
-    return isinstance(extent, tirx.IntImm) and extent.value % d == 0
+def _extent(sch: s_tir.Schedule, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return extent.value if isinstance(extent, tirx.IntImm) else None
 
 
 # elements: below, an element-wise kernel (bound by memory) gains less from the thread pool than

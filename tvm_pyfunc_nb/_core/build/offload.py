@@ -12,8 +12,10 @@ pipeline (the module itself, its `script()` and `edit` text, never change):
   `torch.Tensor` views of the same memory (DLPack), and the result is written
   into the output TVM allocated (`out=` where PyTorch has it, one `copy_`
   where it does not);
-- what is left (norms, activations, reshapes, element-wise ops) is legalized
-  and fused by TVM (`FuseOps`), then lowered by the module's pipeline.
+- what is left (norms, activations, reshapes, element-wise ops) goes through
+  the module's pipeline as any Relax function does: the default one fuses it
+  and schedules its kernels for the CPU (`--pipeline default`, tvm.compile's
+  build, leaves each op a kernel of its own).
 
 The patterns are Relax's own (`relax.dpl`), matched across bindings as
 TVM's cuBLAS and cutlass backends match theirs. A traced copy of a function
@@ -33,6 +35,7 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from ...errors import TVMModuleError
+from .conv_rewrites import fold_batch_norms
 
 NONE, TORCH = "none", "torch"
 OFFLOADS = (NONE, TORCH)
@@ -60,8 +63,9 @@ def check_offload(offload: str, target: tvm.target.Target, remote: bool) -> str:
 
 
 def offload_to_torch(mod: tvm.IRModule) -> tvm.IRModule:
-    """`mod` with its matmuls, linears, conv2ds and attentions as PyTorch calls, and the rest
-    legalized and fused."""
+    """`mod` with its matmuls, linears, conv2ds and attentions as PyTorch calls, the rest as it
+    was, for the module's pipeline."""
+    mod = fold_batch_norms(mod)  # a conv2d and its batch norm: one PyTorch call, with a bias
     functions = {}
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
@@ -70,16 +74,7 @@ def offload_to_torch(mod: tvm.IRModule) -> tvm.IRModule:
         functions[gv] = func
     mod = tvm.IRModule(functions, attrs=mod.attrs, global_infos=mod.global_infos)
     entries = [gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function)]
-    return tvm.transform.Sequential(
-        [
-            relax.transform.DeadCodeElimination(entries),  # what a folded bias left behind
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-        ]
-    )(mod)
+    return relax.transform.DeadCodeElimination(entries)(mod)  # what a folded bias left behind
 
 
 def torch_calls(func: relax.Function) -> list[str]:

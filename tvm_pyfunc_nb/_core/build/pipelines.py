@@ -1,4 +1,21 @@
-"""The Relax pipeline of a module, by name: `auto`, `target`, or one `relax.get_pipeline` knows."""
+"""The Relax pipeline of a module, by name: `auto`, `fused`, `target`, `default`, or one
+`relax.get_pipeline` knows.
+
+`auto`, the default, fuses and schedules on every target: on a CPU it is `fused`, this
+package's pipeline (below); elsewhere `target`, TVM's own pipeline for the target (on a GPU,
+fusion and DLight schedules). `default` is exactly what `tvm.compile` builds: on a CPU, every
+op a kernel of its own, no schedule at all (TVM's CPU pipeline neither fuses nor schedules). After
+every other pipeline, the build gives the kernels it made the CPU schedules of cpu_schedules.py.
+
+`fused` is TVM's CPU pipeline (`relax.get_default_pipeline`: legalize, fold constants, fuse, lower
+for the VM) with passes first for what the CPU schedules do best (conv_rewrites.py):
+- a batch norm with running statistics (what a model in `eval()` runs) after a convolution folds
+  into its weights and a bias; any other becomes the element-wise ops it computes
+  (`DecomposeOpsForInference`), which fuse with what is around them;
+- a convolution's constant weights are stored HWIO, so that a row of output channels is one
+  vector load: the convolution schedule computes a tile of output pixels times output channels
+  as the matmul schedule does (the transpose is folded at compile time).
+"""
 
 from __future__ import annotations
 
@@ -10,44 +27,78 @@ import tvm
 from tvm import relax
 
 from ...errors import TVMModuleError, last_reason
+from .conv_rewrites import conv_weights_hwio, fold_batch_norms
 
 AUTO_PIPELINE = "auto"
-COMPLETE_PIPELINES = frozenset({"default", "default_build"})  # the others are followed by "default"
+FUSED_PIPELINE = "fused"
 TARGET_PIPELINE = "target"
+EXACT_PIPELINES = frozenset({"default", "default_build"})  # tvm.compile's, with nothing added
 
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The Relax pipeline of a module: its name (part of every cache key) and the pass."""
+    """The Relax pipeline of a module: its name as `--pipeline` takes it (`auto` resolved),
+    what it puts in every cache key, the pass, and whether the build schedules its kernels."""
 
     name: str
+    key: str
     make: Callable[[], tvm.transform.Pass]
+    scheduled: bool = True
 
 
 def pipeline_for(name: str | None, target: tvm.target.Target) -> Pipeline:
-    """`auto` (what `tvm.compile` picks for the target), `target`, or a `relax.get_pipeline` name"""
+    """`auto`, `fused`, `target`, `default` or another `relax.get_pipeline` name, for `target`."""
     name = name or AUTO_PIPELINE
-    is_gpu = "gpu" in target.keys
+    is_cpu = target.kind.name == "llvm"
     if name == AUTO_PIPELINE:
-        name = TARGET_PIPELINE if is_gpu else "default"
+        name = FUSED_PIPELINE if is_cpu else TARGET_PIPELINE
+    if name == FUSED_PIPELINE:
+        if not is_cpu:
+            raise TVMModuleError(
+                f"pipeline `{FUSED_PIPELINE}` is for CPU (llvm) targets; on target "
+                f"`{target.kind.name}` use `{TARGET_PIPELINE}` or `auto`"
+            )
+        return Pipeline(name, f"{FUSED_PIPELINE}:{FUSED_VERSION}", lambda: fused_pipeline(target))
     if name == TARGET_PIPELINE:
         try:
             relax.get_default_pipeline(target)
         except ValueError as err:
             raise TVMModuleError(f"pipeline `target`: {last_reason(err)}") from None
         return Pipeline(
-            f"{TARGET_PIPELINE}:{target.kind.name}", lambda: relax.get_default_pipeline(target)
+            name,
+            f"{TARGET_PIPELINE}:{target.kind.name}",
+            lambda: relax.get_default_pipeline(target),
         )
     known = _named_pipelines()
     if name not in known:
-        names = ", ".join([AUTO_PIPELINE, TARGET_PIPELINE, *sorted(known)])
+        names = ", ".join([AUTO_PIPELINE, FUSED_PIPELINE, TARGET_PIPELINE, *sorted(known)])
         raise TVMModuleError(f"unknown Relax pipeline `{name}` (known: {names})")
-    if name in COMPLETE_PIPELINES:
-        return Pipeline(name, lambda: relax.get_pipeline(name))
+    if name in EXACT_PIPELINES:
+        return Pipeline(name, name, lambda: relax.get_pipeline(name), scheduled=False)
     # `zero` and other partial pipelines legalize and fuse; `default` lowers the rest for the VM
     return Pipeline(
         name,
+        name,
         lambda: tvm.transform.Sequential([relax.get_pipeline(name), relax.get_pipeline("default")]),
+    )
+
+
+# Part of the cache key of `fused`: a change to its passes must not reuse what the last one built.
+FUSED_VERSION = 1
+
+
+def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
+    """TVM's CPU pipeline, batch norms folded or decomposed and convolution weights stored HWIO
+first."""
+    return tvm.transform.Sequential(
+        [
+            fold_batch_norms,
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),  # `(y, mean, var)[0]` is `y`: it fuses
+            conv_weights_hwio,
+            relax.get_default_pipeline(target),
+        ],
+        name="fused_pipeline",
     )
 
 
