@@ -50,6 +50,7 @@ from ..build.offload import PREFIX
 from ..live.cells import RELAX
 from ..module_parts import ModuleParts
 from ..run.tensors import to_tvm_tensor
+from ..run.thread_pool import threads_text
 from ..tables import text_table
 from .timing import duration
 
@@ -105,7 +106,7 @@ class Profile:
         launched = sum(r.calls for r in self.kernels)
         return (
             f"profile of {self.function}: {len(self.kernels)} kernels, {launched} launches, "
-            f"{duration(self.total)} per run (time(): {duration(self.time)})"
+            f"{duration(self.total)} per run (time(): {duration(self.time)}; {self.how})"
         )
 
     def sited(self) -> bool:
@@ -232,6 +233,7 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
             function=fn,
         )
     parts.function(fn)(*args)  # compiles if needed (not timed), and checks the arguments
+    threads = threads_text()  # after the call: TVM's pool matched to PyTorch's
     linked = parts.compiler.linked_for(parts.state, fn)
     whole = statistics.median(parts.runner.time(entry, args, number, repeat))
     hook = _Hook(linked.kernels, set(relax_names(linked.lowered)), parts.device, number, repeat)
@@ -243,7 +245,7 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
         function(*tvm_args)
         hook.end_run()
     rows = _rows(parts, fn, linked, hook.tallies, whole)
-    return Profile(fn, rows, whole, f"kernels by time_evaluator on {parts.runner.where}")
+    return Profile(fn, rows, whole, threads)
 
 
 def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> list[KernelTime]:

@@ -6,8 +6,9 @@ measurements. A pyfunc, and the reference (`against=`, e.g. `torch.matmul`),
 are timed by a wall-clock loop of the same shape, after one warm-up call; the
 reference runs under `torch.inference_mode()` (no autograd), as a deployed
 model would, and on as many threads as TVM's pool has when the function runs
-on this CPU: a ratio across different thread counts compares machines, not
-code. Each side says how many threads it ran on.
+on this CPU (PyTorch's own count, which the pool follows unless
+`TVM_NUM_THREADS` is set: thread_pool.py): a ratio across different thread
+counts compares machines, not code. Each side says how many threads it ran on.
 
 Against a reference, the figure is a speed ratio, the reference's median time over the
 function's: `× torch.matmul's speed`, above 1 faster. Every figure this package and its
@@ -16,19 +17,18 @@ tutorials and benchmarks print against PyTorch follows that one convention.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
-import tvm
 
 from ...errors import CallError, last_reason
 from ..build.crash_guards import has_guards
 from ..live.cells import PRIMFUNC, PYFUNC
 from ..module_parts import ModuleParts
+from ..run.thread_pool import match_torch_threads, tvm_threads
 from ..tables import text_table
 
 
@@ -137,24 +137,6 @@ def _threads(count: int) -> str:
     return f"{count} thread" + ("" if count == 1 else "s")
 
 
-def tvm_threads() -> int:
-    """The threads of TVM's pool in this process (what compiled kernels run on).
-
-    Asking TVM pins the asking thread to one core when its pool has one thread (TVM's default on
-    two or three cores: half the cores, for hyperthreads), the first time a thread asks: a
-    kernel's main thread, and every process and thread it starts afterwards (PyTorch's, a
-    server's, a test's), would then share that core: a tiny ResNet in PyTorch on two threads took
-    120 ms instead of 0.8 ms after it. The thread's cores are put back.
-    """
-    if not hasattr(os, "sched_getaffinity"):  # no affinity to keep (macOS)
-        return tvm.runtime.num_threads()
-    cores = os.sched_getaffinity(0)
-    try:
-        return tvm.runtime.num_threads()
-    finally:
-        os.sched_setaffinity(0, cores)
-
-
 def reference_measurement(
     func: Callable, args: Sequence, number: int, repeat: int, threads: int | None
 ) -> Measurement:
@@ -201,6 +183,7 @@ def time_function(
         raise CallError("time: number and repeat must be at least 1", function=fn)
     entry = parts.entry(fn)
     function = parts.function(fn)
+    match_torch_threads()
     function(*args)  # compiles if needed, and checks the arguments
     if entry.kind == PYFUNC:
         samples = wall_clock_samples(function, args, number, repeat)

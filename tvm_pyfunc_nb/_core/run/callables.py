@@ -39,6 +39,7 @@ from .call_errors import (
 from .call_table import CallTable, call_record
 from .py_registry import was_cleared
 from .tensors import to_torch, to_tvm_args, write_back
+from .thread_pool import match_torch_threads
 
 
 def pyfunc_callable(table: CallTable, entry: FunctionEntry, live: object) -> Callable:
@@ -104,6 +105,7 @@ def compiled_callable(
             args = keywords_to_positions(name, specs, args, kwargs)
         if table.version != version:
             return table.handle(name)(*args)
+        match_torch_threads()
         start = perf_counter()
         try:
             # Inline, as this is the hot path: torch tensors of a dtype TVM knows go as they are
