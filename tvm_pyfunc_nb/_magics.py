@@ -233,7 +233,7 @@ class TVMModuleMagics(_OptionTraits):
         wanted = {f.name: self._option(args, f.name) for f in dataclasses.fields(ModuleOptions)}
         live = self.modules.get(name)
         if live is not None:
-            have = dataclasses.asdict(live.options)
+            have = dataclasses.asdict(live.asked_options)
             differ = [k for k in wanted if wanted[k] != have[k] and self._given(args, k)]
             if differ and not args.reset:
                 built = ", ".join(f"{k} {have[k]}" for k in differ)

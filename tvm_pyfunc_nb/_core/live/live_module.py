@@ -27,6 +27,7 @@ end (front_end_port.py) is asked for what needs one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -87,11 +88,17 @@ class LiveModule(UpstreamInterface):
         # a remote VM runs on the server, which cannot call back into this process's Python
         assembly = Assembly(name, relax_may_call_python=local)
         build = Build(self.options, self.stats, persistent_cache, name, local=local)
+        # `auto` resolved, so that `options` says which pipeline it is; the magics compare a
+        # cell's options with what was asked
+        self.asked_options, self.options = (
+            self.options,
+            dataclasses.replace(self.options, pipeline=build.pipeline.name),
+        )
         check_target_runs_on(build.target, self.options, self.device)
         build.on_compile = front_end_port.compile_hook(self)
         # where imports and compiles run: here, or in the build worker (--isolate)
         self._isolation = isolate(build, self.options) if self.options.isolate else None
-        schedules = kernel_schedules(persistent_cache, name, build.target)
+        schedules = kernel_schedules(persistent_cache, name, build.target, remote=not local)
         build.after_pipeline = schedules.apply
         calls = CallTable(self.stats, vars(self))
         compiler = Compiler(build, PyFuncBridge(calls, name))
@@ -350,10 +357,12 @@ class LiveModule(UpstreamInterface):
         On a Relax function, DLight over every kernel its pipeline makes (returns which)."""
         return self._scheduled(tuning.schedule(self._parts, kernel, how))
 
-    def tune(self, kernel: str, trials: int = 32):
+    def tune(self, kernel: str, trials: int | None = None):
         """Tune PrimFunc `kernel` with MetaSchedule (`trials` candidates, progress shown) and use
-        the best schedule, as `schedule` does; a Relax function's kernels are tuned together and
-        used whenever it compiles. The database is kept in the compile cache for next time."""
+        the best schedule if it is faster, as `schedule` does; a Relax function's kernels are
+        tuned together (by default, those that take most of its time) and each keeps the faster
+        of its schedule and the best one found, whenever it compiles. The database is kept in
+        the compile cache for next time."""
         return self._scheduled(tuning.tune(self._parts, kernel, trials))
 
     def _scheduled(self, change: tuning.Scheduled):

@@ -24,6 +24,7 @@ from ...errors import CallError, CompileError, ScheduleError, last_reason
 from ..live.cells import PRIMFUNC, RELAX, FunctionSource
 from ..live.contributions import Contribution, FunctionEntry, next_run
 from ..models.importing import typed_global_var
+from .measuring import Measurer, local_measurer, remote_measurer
 from .primfunc import tuned
 from .relax_kernels import tune_function
 from .report import TuningReport
@@ -53,8 +54,11 @@ def schedule(parts: ModuleParts, fn: str, how) -> Scheduled:
     return Scheduled(schedule_kernel(parts, fn, how))
 
 
-def tune(parts: ModuleParts, fn: str, trials: int) -> Scheduled:
-    """Function `fn` tuned by MetaSchedule in `trials` trials (a Relax function: its kernels)."""
+def tune(parts: ModuleParts, fn: str, trials: int | None = None) -> Scheduled:
+    """Function `fn` tuned by MetaSchedule in `trials` trials (a Relax function: its kernels;
+    None: the default budget)."""
+    if trials is not None and (not isinstance(trials, int) or trials < 1):
+        raise CallError("tune: trials must be a positive number", function=fn)
     if parts.entry(fn).kind == RELAX:
         return Scheduled(None, tune_relax(parts, fn, trials))
     contribution, report = tune_kernel(parts, fn, trials)
@@ -77,11 +81,11 @@ def schedule_kernel(parts: ModuleParts, kernel: str, how) -> Contribution:
     return _replacing(parts, entry, func, f"{parts.name}.schedule({kernel!r}, {what})")
 
 
-def tune_kernel(parts: ModuleParts, kernel: str, trials: int) -> tuple[Contribution, TuningReport]:
-    """PrimFunc `kernel` as MetaSchedule tunes it in `trials` trials."""
-    if not isinstance(trials, int) or trials < 1:
-        raise CallError("tune: trials must be a positive number", function=kernel)
-    refuse_unless_measured_here(parts, kernel)
+def tune_kernel(
+    parts: ModuleParts, kernel: str, trials: int | None
+) -> tuple[Contribution, TuningReport]:
+    """PrimFunc `kernel` as MetaSchedule tunes it in `trials` trials, if that is faster."""
+    measurer = measurer_for(parts, kernel)
     original = _original(parts, parts.entry(kernel, kind=PRIMFUNC, needed_by="tune"))
     func, report = tuned(
         original.func,
@@ -89,25 +93,29 @@ def tune_kernel(parts: ModuleParts, kernel: str, trials: int) -> tuple[Contribut
         parts.schedules.records,
         trials,
         lambda todo: parts.progress(f"tuning {kernel}", todo),
+        measurer,
     )
-    origin = f"{parts.name}.tune({kernel!r}, trials={trials})"
+    budget = "" if trials is None else f", trials={trials}"
+    origin = f"{parts.name}.tune({kernel!r}{budget})"
     return _replacing(parts, original, func, origin), report
 
 
-def refuse_unless_measured_here(parts: ModuleParts, fn: str) -> None:
-    """A `ScheduleError` before MetaSchedule starts, unless the module's code runs on this
-    machine's CPU: each candidate is measured here (elsewhere, every trial would fail to run)."""
+def measurer_for(parts: ModuleParts, fn: str) -> Measurer:
+    """Where `fn`'s candidates are measured: on the remote device of a module with `--rpc`,
+    else here, on this machine's CPU; a `ScheduleError` before MetaSchedule starts when neither
+    can run them (a GPU target without `--rpc`, a CPU this one is not)."""
     build, target = parts.build, parts.options.target
-    rpc = f" --rpc {parts.options.rpc}" if parts.options.rpc else ""
-    if rpc or build.target.kind.name != "llvm":
-        why = f" (this one: --target {target}{rpc})"
+    if parts.options.rpc:
+        return remote_measurer(parts.options.rpc, build.target, parts.options)
+    if build.target.kind.name != "llvm":
+        why = f" (this one: --target {target}; give --rpc a device that runs it)"
     elif build.cannot_run_here:
         why = f"; --target {target} {build.cannot_run_here}"
     else:
-        return
+        return local_measurer(build.target)
     raise ScheduleError(
-        "tune measures each candidate on this machine's CPU, so it needs a module for an llvm "
-        f"target run here{why}",
+        "tune measures each candidate where the module's code runs, so it needs a module for an "
+        f"llvm target run here, or one with --rpc{why}",
         function=fn,
     )
 
@@ -131,16 +139,20 @@ def _replacing(parts: ModuleParts, entry: FunctionEntry, func, origin: str) -> C
 
 
 # -- a Relax function: the schedules its pipeline's kernels get --------------------------------
-def tune_relax(parts: ModuleParts, fn: str, trials: int) -> TuningReport:
-    """The kernels Relax function `fn` runs, tuned together in `trials` trials; the best
-    schedules go into the module's kernel schedules (`parts.schedules`)."""
-    refuse_unless_measured_here(parts, fn)
+def tune_relax(parts: ModuleParts, fn: str, trials: int | None) -> TuningReport:
+    """The kernels Relax function `fn` runs, tuned together in `trials` trials (None: the
+    default budget); each kernel's faster schedule goes into the module's kernel schedules
+    (`parts.schedules`)."""
+    measurer = measurer_for(parts, fn)
     lowered = unscheduled(parts, fn, link_first=True)
 
     def progress(todo: int):
         return parts.progress(f"tuning {fn}", todo, "trials")
 
-    return tune_function(lowered, fn, parts.schedules, trials, progress)
+    scheduled = parts.build.pipeline.scheduled
+    return tune_function(
+        lowered, fn, parts.schedules, trials, progress, measurer, scheduled=scheduled
+    )
 
 
 def dlight_relax(parts: ModuleParts, fn: str, how) -> list[str]:

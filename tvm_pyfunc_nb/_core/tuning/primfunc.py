@@ -1,16 +1,16 @@
 """Tuning one PrimFunc: `NAME.tune("k", trials=N)` runs MetaSchedule on it.
 
-Each candidate is built and run in this process (measuring.py), every measured
-trial goes to a progress reporter, and the records go to the module's tuning
-records (records.py), so running it again with the trials already measured
-applies the best one without tuning again. The result is a new PrimFunc;
-entry.py makes it a contribution of its own that replaces the kernel until the
-kernel's cell runs again.
+Each candidate is built and run here or on the remote device (measuring.py), every measured
+trial goes to a progress reporter, and the records go to the module's tuning records
+(records.py), so running it again with the trials already measured applies the best one
+without tuning again. The best candidate is then timed against the kernel as its cell wrote
+it, in turns, the same way: the faster one is the result (tune never makes a kernel slower).
+The result is a PrimFunc; entry.py makes it a contribution of its own that replaces the kernel
+until the kernel's cell runs again.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 
@@ -19,24 +19,29 @@ import tvm
 from ...errors import ScheduleError, last_reason
 from ..build import trust
 from ..front_end_port import Progress
-from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
-from .records import TuningRecords, kept_trials
-from .report import KernelRow, TuningReport, milliseconds
+from .measuring import Measurer, import_tensor_intrinsics, quiet
+from .records import IN_MEMORY, TuningRecords, kept_trials
+from .report import KEPT, TUNED, KernelRow, TuningReport, milliseconds
 from .schedules import WORKLOAD
+
+DEFAULT_TRIALS = 32
 
 
 def tuned(
     func: tvm.tirx.PrimFunc,
     name: str,
     records: TuningRecords,
-    trials: int,
+    trials: int | None,
     progress: Callable[[int], Progress],
+    measurer: Measurer,
 ) -> tuple[tvm.tirx.PrimFunc, TuningReport]:
-    """The best schedule MetaSchedule finds for `func` in `trials` trials, counting kept ones."""
+    """The faster of `func` and the best schedule MetaSchedule finds for it in `trials` trials
+    (counting kept ones; None: `DEFAULT_TRIALS`)."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
 
     start = time.perf_counter()
+    trials = DEFAULT_TRIALS if trials is None else trials
     folder = records.kernel_folder(name, func)
     try:
         database, where = records.database(folder, create=True)
@@ -49,9 +54,8 @@ def tuned(
         ) from err
     import_tensor_intrinsics()
     mod = _normalize_mod(func)  # the workload as MetaSchedule files it (`main`, noalias)
-    target = tuning_target(records.target)
-    kept = kept_trials(database, mod)
-    todo = max(0, trials - kept)
+    target = measurer.target
+    todo = max(0, trials - kept_trials(database, mod))
     if todo:
         reporter = _Trials(progress(todo))
         with quiet(ms):
@@ -59,13 +63,13 @@ def tuned(
                 database = ms.tune_tir(
                     func,
                     target,
-                    where if where != "in memory" else str(trust.temporary_directory()),
+                    where if where != IN_MEMORY else str(trust.temporary_directory()),
                     todo,
-                    num_trials_per_iter=min(8, todo),
+                    num_trials_per_iter=max(measurer.parallel, min(8, todo)),
                     database=database,
                     seed=0,
-                    num_tuning_cores=os.cpu_count() or 1,
-                    **in_process(reporter.measured),
+                    num_tuning_cores=target.attrs.get("num-cores", 1),
+                    **measurer.meta_schedule_args(reporter.measured),
                 )
             except Exception as err:
                 raise ScheduleError(
@@ -76,12 +80,13 @@ def tuned(
     schedule = ms.tir_integration.compile_tir(database, func, target)
     if schedule is None:
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)
-    record = database.get_top_k(database.commit_workload(mod), 1)
-    best = min(float(s) for s in record[0].run_secs) if record and record[0].run_secs else None
-    now = kept_trials(database, mod)
-    row = KernelRow(name, 1, now, time_of(tvm.IRModule({WORKLOAD: func}), target), best)
-    report = TuningReport(name, todo, now, time.perf_counter() - start, (row,), where)
-    return schedule.mod[WORKLOAD], report
+    had, found = measurer.times([tvm.IRModule({WORKLOAD: func}), schedule.mod])
+    faster = found is not None and (had is None or found < had)
+    after, schedule = (found, TUNED) if faster else (had, KEPT)
+    row = KernelRow(name, 1, kept_trials(database, mod), had, after, schedule)
+    seconds = time.perf_counter() - start
+    report = TuningReport(name, todo, row.trials, seconds, (row,), where, measurer.where)
+    return (schedule.mod[WORKLOAD] if faster else func), report
 
 
 class _Trials:

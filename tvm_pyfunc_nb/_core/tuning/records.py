@@ -18,6 +18,8 @@ MetaSchedule finds each by its structure inside the database.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 from pathlib import Path
 
 import tvm
@@ -30,6 +32,8 @@ from .schedules import WORKLOAD
 # what a MetaSchedule JSON database reads back from its directory
 RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 RECORDS = RECORD_FILES[1]
+# which kernels keep the schedule they had (the best candidate was not faster): `tune`'s choices
+CHOICES = "kept_schedules.json"
 IN_MEMORY = "in memory"
 
 
@@ -55,23 +59,27 @@ class TuningRecords:
     """The tuning records of one live module, in the compile cache `persistent` when it may be
     read, else in memory."""
 
-    def __init__(self, persistent, module_name: str, target: tvm.target.Target):
+    def __init__(
+        self, persistent, module_name: str, target: tvm.target.Target, *, remote: bool = False
+    ):
         self.persistent = persistent
         self.target = target
-        self.module_folder = f"{module_name}.relax-{target_digest(target)}"
+        # candidates timed on a remote device are not comparable with times taken here
+        self.where = f"{target_digest(target)}{'-remote' if remote else ''}"
+        self.module_folder = f"{module_name}.relax-{self.where}"
         self._memory: dict[str, object] = {}
 
     def kernel_folder(self, name: str, func: tvm.tirx.PrimFunc) -> str:
         """The folder of PrimFunc `name`'s records: by its structure, never by its name alone."""
         key = tvm_ffi.structural_hash(tvm.IRModule({WORKLOAD: func})) & 0xFFFFFFFFFFFF
-        return f"{name}-{key:012x}-{target_digest(self.target)}"
+        return f"{name}-{key:012x}-{self.where}"
 
     def directory(self, folder: str, *, create: bool) -> Path | None:
         """`<cache>/tuning/<folder>` if the cache trusts it (else None, and the cache's notice
         says why); without `create`, None too when it does not exist."""
         if self.persistent is None:
             return None
-        return self.persistent.tuning_directory(folder, RECORD_FILES, create=create)
+        return self.persistent.tuning_directory(folder, (*RECORD_FILES, CHOICES), create=create)
 
     def database(self, folder: str, *, create: bool):
         """The database of `folder` and where it is: read from the trusted folder (raising what
@@ -92,13 +100,32 @@ class TuningRecords:
         return database, IN_MEMORY if database is not None else ""
 
 
-def kept_trials(database, mod: tvm.IRModule, default=None) -> int:
-    """The trials in `database` for kernel `mod` (a default schedule recorded beside them, with
-    its time, is not a trial)."""
+def kept_trials(database, mod: tvm.IRModule) -> int:
+    """The trials in `database` for kernel `mod`."""
     if not database.has_workload(mod):
         return 0
-    records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-    if default is None:
-        return len(records)
-    default_text = str(default.trace)
-    return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != default_text)
+    return len(database.get_top_k(database.commit_workload(mod), 1 << 20))
+
+
+def workload_key(mod: tvm.IRModule) -> str:
+    """A kernel's key among `tune`'s choices: its structure."""
+    return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def read_choices(directory: Path) -> dict[str, bool]:
+    """`tune`'s choices kept in `directory` (workload key -> the tuned schedule is used), if
+    any; what the trust test refuses raises (`trust.Exposed`, OSError)."""
+    path = Path(directory) / CHOICES
+    if not path.exists():
+        return {}
+    return {str(k): bool(v) for k, v in json.loads(trust.read_own(path) or b"{}").items()}
+
+
+def write_choices(directory: Path, choices: dict[str, bool]) -> None:
+    """`choices` as the folder's choices file, replaced whole (a private file of its own first,
+    so that a reader never sees half of it)."""
+    path = Path(directory) / CHOICES
+    fresh = path.with_name(f".{CHOICES}.{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    trust.write_private(fresh, json.dumps(choices, sort_keys=True).encode())
+    os.replace(fresh, path)

@@ -15,8 +15,12 @@ instead, every time the function compiles:
 - `tune_function` tunes the kernels of one function together: one MetaSchedule
   task per distinct kernel (deduplicated by structural hash, weighted by how
   often the function calls it), TVM's gradient task scheduler sharing the
-  trial budget by weight, each candidate built and run in this process.
-  Before and after, each kernel is timed the same way, for the report.
+  trial budget by weight, each candidate built and run here or on the remote
+  device (measuring.py). Without a budget, the kernels that take most of the
+  function's time get a few rounds each. Then `tune` only improves: each
+  kernel's best candidate and the schedule it had are timed in turns, the
+  same way, and the faster one is what it runs from then on (the choice kept
+  beside the records; the report says which kernels kept their schedule).
 
 A kernel is keyed by its structure, never by its name: the pipeline's names
 (`matmul1`) change when other ops change, and an edit that changes a kernel
@@ -40,11 +44,18 @@ from tvm import relax
 
 from ...errors import CompileCacheWarning, ScheduleError, last_reason
 from ..build import trust
-from ..build.cpu_schedules import checked_schedule_of, vector_lanes
+from ..build.cpu_schedules import checked_schedule_of, vector_unit
 from ..front_end_port import Progress
-from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
-from .records import IN_MEMORY, TuningRecords, kept_trials
-from .report import KernelRow, TuningReport, milliseconds
+from .measuring import Measurer, import_tensor_intrinsics, quiet, tuning_target
+from .records import (
+    IN_MEMORY,
+    TuningRecords,
+    kept_trials,
+    read_choices,
+    workload_key,
+    write_choices,
+)
+from .report import KEPT, NOT_TUNED, TUNED, KernelRow, TuningReport, milliseconds
 from .schedules import WORKLOAD, as_kernel, dlight_kernels, tunable
 
 
@@ -63,7 +74,9 @@ class KernelSchedules:
     records (`records`, records.py: PrimFuncs tuned alone keep theirs there too).
 
     `directory` is where the Relax kernels' database is, once open; `dlight` names the Relax
-    functions whose remaining kernels DLight schedules.
+    functions whose remaining kernels DLight schedules. `tune`'s choices say, per kernel, whether
+    its best record is faster than the schedule it had (else it keeps that one), and are kept
+    beside the records.
     """
 
     def __init__(self, records: TuningRecords):
@@ -73,6 +86,7 @@ class KernelSchedules:
         self.dlight: set[str] = set()
         self._database = None
         self._on_disk = True  # until its records cannot be read
+        self._choices: dict[str, bool] = {}
 
     def database(self, *, create: bool = False):
         """The tuning database, read from disk once, from a folder that passed the trust test
@@ -84,6 +98,8 @@ class KernelSchedules:
                     self._database, where = self.records.database(folder, create=create)
                 else:
                     self._database, where = self.records.in_memory(folder, create=create)
+                if self._database is not None and where != IN_MEMORY:
+                    self._choices = read_choices(Path(where))
             except Exception as err:  # a record cut short by a full disk; an OSError
                 self._on_disk = False  # this module keeps its schedules in memory from now on
                 where = self.records.directory(folder, create=False)
@@ -95,9 +111,23 @@ class KernelSchedules:
                     stacklevel=2,
                 )
                 self._database, where = self.records.in_memory(folder, create=create)
+                self._choices = {}
             if self._database is not None and where != IN_MEMORY:
                 self.directory = Path(where)
         return self._database
+
+    def uses_tuned(self, mod: tvm.IRModule) -> bool:
+        """Whether kernel `mod` runs its best record (else the schedule it had: `tune` found
+        no faster one)."""
+        return self._choices.get(workload_key(mod), True)
+
+    def choose(self, mod: tvm.IRModule, *, tuned: bool) -> None:
+        self._choices[workload_key(mod)] = tuned
+
+    def save_choices(self) -> None:
+        """The choices beside the records on disk (in memory, they are kept as they are)."""
+        if self.directory is not None and self._on_disk:
+            write_choices(self.directory, self._choices)
 
     def dlight_kernels_of(self, lowered: tvm.IRModule, fn: str) -> list[str]:
         """The kernels of `fn` in `lowered` that DLight would schedule."""
@@ -116,6 +146,8 @@ class KernelSchedules:
             for gv, func in lowered.functions_items():
                 if tunable(func):
                     mod = workload(func)
+                    if not self.uses_tuned(mod):
+                        continue
                     sch = database.query_schedule(mod, target, WORKLOAD)
                     if sch is not None and not tvm_ffi.structural_equal(sch.mod, mod):
                         updates[gv] = as_kernel(sch.mod[WORKLOAD], gv.name_hint)
@@ -192,68 +224,113 @@ def kernel_tasks(lowered: tvm.IRModule, fn: str) -> list[KernelTask]:
     ]
 
 
+# The default budget (`tune("main")` without `trials`): the kernels that take most of the function's
+# time, each given a few rounds of candidates. On this project's 2-core machine a trial costs
+# about 0.1-0.3 s here (build and run), so the bench models' default tune ends within two minutes.
+SHARE_TUNED = 0.85  # the costliest kernels that together take this share of the function's time
+MAX_TUNED = 6  # at most this many of them
+TRIALS_PER_KERNEL = 24
+
+
 def tune_function(
     lowered: tvm.IRModule,
     fn: str,
     schedules: KernelSchedules,
-    trials: int,
+    trials: int | None,
     progress: Callable[[int], Progress],
+    measurer: Measurer,
+    *,
+    scheduled: bool = True,
 ) -> TuningReport:
     """Tune the kernels of `fn` (in `lowered`, the pipeline's output without any schedule)
-    together, in `trials` trials counting those its database already has."""
+    together, in `trials` trials counting those its database already has (None: the default
+    budget, on the kernels that take most of its time), each kernel then keeping the faster of
+    the schedule it had (the CPU schedule, or none with `scheduled` off: `--pipeline default`)
+    and the best candidate, both measured by `measurer`, in turns."""
     start = time.perf_counter()
     tasks = kernel_tasks(lowered, fn)
     if not tasks:
         raise ScheduleError("its kernels have nothing MetaSchedule can tune", function=fn)
-    target = tuning_target(schedules.target)
     database = schedules.database(create=True)
-    defaults = [default_schedule(task.workload, target) for task in tasks]
-    kept = sum(
-        kept_trials(database, task.workload, d) for task, d in zip(tasks, defaults, strict=True)
-    )
-    todo = max(0, trials - kept)
-    reporter = _KernelProgress(tasks, progress(todo) if todo else Progress(), todo)
+    defaults = [default_schedule(task.workload, measurer.target, scheduled) for task in tasks]
+    reporter = _KernelProgress(tasks, progress)
+    todo = 0
     try:
-        reporter.note("timing each kernel's default schedule")
-        before = [time_of(sch.mod, target) for sch in defaults]
-        reporter.before = before
-        for task, sch, seconds in zip(tasks, defaults, before, strict=True):
-            _keep_default(database, task.workload, sch, target, seconds)
+        reporter.note(f"timing each kernel's schedule ({measurer.where})")
+        before = measurer.times([sch.mod for sch in defaults])
+        chosen = _worth_tuning(tasks, before) if trials is None else list(range(len(tasks)))
+        budget = TRIALS_PER_KERNEL * len(chosen) if trials is None else trials
+        todo = max(0, budget - sum(kept_trials(database, tasks[i].workload) for i in chosen))
         if todo:
+            reporter.start(todo)
             reporter.note("starting MetaSchedule (its first use in a process takes a while)")
-            _tune_tasks(tasks, database, target, todo, schedules.directory, reporter)
-    except Exception as err:
+            _tune_tasks([tasks[i] for i in chosen], database, todo, schedules, reporter, measurer)
+        reporter.note("each kernel's best candidate against its schedule")
+        rows = [
+            _keep_the_faster(tasks[i], defaults[i], before[i], database, schedules, measurer)
+            for i in range(len(tasks))
+        ]
+        schedules.save_choices()
+        reporter.finish(rows)
+    except Exception as err:  # MetaSchedule and TVM raise many types
         raise ScheduleError(f"MetaSchedule failed: {last_reason(err)}", function=fn) from err
     finally:
         reporter.close()
-    rows = []
-    for task, default, seconds in zip(tasks, defaults, before, strict=True):
-        sch = database.query_schedule(task.workload, target, WORKLOAD)
-        after = time_of(sch.mod, target) if sch is not None else None
-        trials_kept = kept_trials(database, task.workload, default)
-        rows.append(KernelRow(task.name, task.calls, trials_kept, seconds, after))
-    kept_now = sum(row.trials for row in rows)
     return TuningReport(
         fn,
-        kept_now - kept,
-        kept_now,
+        todo,
+        sum(row.trials for row in rows),
         time.perf_counter() - start,
         tuple(rows),
         str(schedules.directory or IN_MEMORY),
+        measurer.where,
     )
 
 
-def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None:
+def _worth_tuning(tasks: list[KernelTask], before: list[float | None]) -> list[int]:
+    """The kernels the default budget goes to: the costliest (time × calls), up to those that
+    take `SHARE_TUNED` of the function's time, at most `MAX_TUNED`."""
+    cost = [(s or 0.0) * t.calls for t, s in zip(tasks, before, strict=True)]
+    total = sum(cost) or 1.0
+    chosen: list[int] = []
+    covered = 0.0
+    for i in sorted(range(len(tasks)), key=lambda i: -cost[i]):
+        if covered >= SHARE_TUNED * total or len(chosen) == MAX_TUNED:
+            break
+        chosen.append(i)
+        covered += cost[i]
+    return sorted(chosen)
+
+
+def _keep_the_faster(
+    task: KernelTask, default, seconds, database, schedules: KernelSchedules, measurer
+) -> KernelRow:
+    """The kernel's row: its best candidate measured against the schedule it had, in turns; the
+    faster one is what the kernel runs from now on (the choice is kept beside the records)."""
+    trials = kept_trials(database, task.workload)
+    best = database.query_schedule(task.workload, measurer.target, WORKLOAD) if trials else None
+    if best is None:
+        return KernelRow(task.name, task.calls, 0, seconds, seconds, NOT_TUNED)
+    had, found = measurer.times([default.mod, best.mod])
+    faster = found is not None and (had is None or found < had)
+    schedules.choose(task.workload, tuned=faster)
+    after = found if faster else had
+    return KernelRow(task.name, task.calls, trials, had, after, TUNED if faster else KEPT)
+
+
+def _tune_tasks(tasks, database, todo: int, schedules, reporter, measurer: Measurer) -> None:
     """MetaSchedule over `tasks` together: `todo` trials, TVM's gradient scheduler sharing them
     by weight after a first round for each kernel."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.relax_integration import extracted_tasks_to_tune_contexts
 
     import_tensor_intrinsics()
-    work_dir = str(directory or trust.temporary_directory())  # MetaSchedule's logs
+    work_dir = str(schedules.directory or trust.temporary_directory())  # MetaSchedule's logs
+    target = measurer.target
     extracted = [
         ms.ExtractedTask(t.names[0], t.workload, target, [t.workload], t.calls) for t in tasks
     ]
+    reporter.tuning(tasks)
     with quiet(ms):
         contexts, weights = extracted_tasks_to_tune_contexts(
             extracted, work_dir, strategy=_search(), num_threads=os.cpu_count() or 1, seed=0
@@ -263,16 +340,17 @@ def _tune_tasks(tasks, database, target, todo: int, directory, reporter) -> None
             task_weights=weights,
             work_dir=work_dir,
             max_trials_global=todo,
-            num_trials_per_iter=_per_iteration(todo, len(tasks)),
+            num_trials_per_iter=_per_iteration(todo, len(tasks), measurer.parallel),
             database=database,
             task_scheduler="gradient",
-            **in_process(reporter.measured),
+            **measurer.meta_schedule_args(reporter.measured),
         )
 
 
-def _per_iteration(todo: int, tasks: int) -> int:
-    """Trials per round: each kernel gets one round first, the gradient scheduler the rest."""
-    return max(1, min(16, todo // (2 * tasks)))
+def _per_iteration(todo: int, tasks: int, devices: int = 1) -> int:
+    """Trials per round: each kernel gets one round first, the gradient scheduler the rest (at
+    least one trial for each device that measures them)."""
+    return max(devices, min(16, todo // (2 * tasks)))
 
 
 def _search():
@@ -282,83 +360,70 @@ def _search():
     return EvolutionarySearch(population_size=64, init_min_unmeasured=16, genetic_num_iters=2)
 
 
-def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.Schedule:
+def default_schedule(
+    mod: tvm.IRModule, target: tvm.target.Target, scheduled: bool = True
+) -> tvm.s_tir.Schedule:
     """Kernel `mod` as a module compiles it untuned: a matmul, a convolution or an element-wise
-    kernel with the CPU schedule written once for them (cpu_schedules.py), anything else (and a
-    kernel that schedule fails on) as the pipeline made it (an empty trace)."""
-    if target.kind.name == "llvm":
-        sch, _ = checked_schedule_of(mod, vector_lanes(target))
+    kernel with the CPU schedule written once for them (cpu_schedules.py); anything else, a
+    kernel that schedule fails on, and every kernel of `--pipeline default` (`scheduled` off)
+    as the pipeline made it (an empty trace)."""
+    if scheduled and target.kind.name == "llvm":
+        sch, _ = checked_schedule_of(mod, vector_unit(target))
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)
 
 
-def _keep_default(database, mod: tvm.IRModule, sch, target, seconds: float | None) -> None:
-    """Record the kernel's default schedule `sch` with its time, so that the best record is
-    never a tuned schedule slower than what the module ran before it was tuned."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-    from tvm.s_tir.meta_schedule.database import TuningRecord
-
-    if seconds is None:
-        return
-    if database.has_workload(mod):
-        records = database.get_top_k(database.commit_workload(mod), 1 << 20)
-        if any(str(record.trace) == str(sch.trace) for record in records):
-            return
-    record = TuningRecord(
-        sch.trace,
-        database.commit_workload(mod),
-        run_secs=[seconds],
-        target=target,
-        args_info=ArgInfo.from_prim_func(mod[WORKLOAD]),
-    )
-    database.commit_tuning_record(record)
-
-
 class _KernelProgress:
-    """The trials of every kernel, reported as one line: which kernel, how far, the best so far."""
+    """The trials of every kernel, reported as one line: which kernel, how far, the best so far;
+    and at the end, the function's kernels per call before and after."""
 
-    def __init__(self, tasks: list[KernelTask], progress: Progress, total: int):
-        self.tasks, self.progress, self.total = tasks, progress, total
+    def __init__(self, tasks: list[KernelTask], progress: Callable[[int], Progress]):
+        self.tasks, self.make = tasks, progress
+        self.progress = Progress()  # no bar until there are trials to measure
         self.done = 0
-        self.trials = [0] * len(tasks)
-        self.best: list[float | None] = [None] * len(tasks)
-        self.before: list[float | None] = [None] * len(tasks)
+        self.tuned: list[KernelTask] = []
+        self.best: dict[int, float] = {}
+
+    def start(self, total: int) -> None:
+        self.progress = self.make(total)
+
+    def tuning(self, tasks: list[KernelTask]) -> None:
+        """The kernels MetaSchedule's task ids count."""
+        self.tuned = tasks
 
     def note(self, what: str) -> None:
-        """What is happening before the first trial."""
-        self.progress.step(0, what)
+        """What is happening before the first trial, and after the last."""
+        self.progress.step(self.done, what)
 
     def measured(self, task: int, seconds: float | None) -> None:
         self.done += 1
-        self.trials[task] += 1
-        if seconds is not None and (self.best[task] is None or seconds < self.best[task]):
+        if seconds is not None and seconds < self.best.get(task, float("inf")):
             self.best[task] = seconds
-        best = self.best[task]
-        name = self.tasks[task].name
-        shown = milliseconds(best) if best else "—"
-        note = f"kernel {task + 1} of {len(self.tasks)}: {name}, best {shown}"
+        shown = milliseconds(self.best[task]) if task in self.best else "—"
+        name = self.tuned[task].name if task < len(self.tuned) else "?"
+        note = f"kernel {task + 1} of {len(self.tuned)}: {name}, best {shown}"
+        self.progress.step(self.done, note)
+
+    def finish(self, rows: list[KernelRow]) -> None:
+        """The last word: per call of the function, what its kernels take now and took."""
+        kept = sum(1 for row in rows if row.schedule == KEPT)
+        note = f"{len(rows)} kernels"
+        if all(r.before is not None and r.after is not None for r in rows):
+            before = sum(r.before * r.calls for r in rows)
+            after = sum(r.after * r.calls for r in rows)
+            note += f" · {milliseconds(after)} per call (was {milliseconds(before)})"
+        if kept:
+            note += f" · {kept} kept their schedule"
         self.progress.step(self.done, note)
 
     def close(self) -> None:
-        tuned = sum(1 for b in self.best if b is not None)
-        note = f"{tuned} of {len(self.tasks)} kernels"
-        after, was = self._per_call(self.best), self._per_call(self.before)
-        if after is not None:
-            note += f" · best {milliseconds(after)} per call"
-            if was is not None:
-                note += f" (was {milliseconds(was)})"
-        self.progress.step(self.done, note)
         self.progress.close()
 
-    def _per_call(self, seconds: list[float | None]) -> float | None:
-        """The kernels' time per call of the function, if every kernel has one."""
-        if any(s is None for s in seconds):
-            return None
-        return sum(s * t.calls for s, t in zip(seconds, self.tasks, strict=True))
 
-
-def kernel_schedules(persistent, module_name: str, target: tvm.target.Target) -> KernelSchedules:
+def kernel_schedules(
+    persistent, module_name: str, target: tvm.target.Target, *, remote: bool = False
+) -> KernelSchedules:
     """What module `module_name` applies to its pipeline's kernels, with its tuning records in
-    the compile cache `persistent` (None: in memory)."""
-    return KernelSchedules(TuningRecords(persistent, module_name, target))
+    the compile cache `persistent` (None: in memory), apart for a remote device's (`remote`)."""
+    return KernelSchedules(TuningRecords(persistent, module_name, target, remote=remote))
