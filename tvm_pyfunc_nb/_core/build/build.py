@@ -255,7 +255,9 @@ class Build:
         for name, kernel in built.items():
             if isinstance(kernel.lib, CompileError):
                 raise self._kernel_failure(mod, name, kernel.lib, sites)
-        if link_order(built) is None:  # kept libraries disagree on a kernel both hold: anew
+        # kept libraries disagree on a kernel both hold, or (for a remote device, where they are
+        # linked into one file) two hold one kernel: anew
+        if link_order(built) is None or not (self.local or _one_copy_each(built)):
             built = kernel_builds.build_together(called) or {
                 n: kernel_builds.build_one(n, f) for n, f in called.items()
             }
@@ -302,6 +304,12 @@ class Build:
 
     def _record(self, kind: str, names: Iterable[str], start: float) -> None:
         self.stats.record(kind, names, self.target_name, start)
+
+
+def _one_copy_each(built: dict[str, Built]) -> bool:
+    """Whether no kernel is in two of the libraries (one file would define it twice)."""
+    libraries = {id(b.lib): b.members for b in built.values()}.values()
+    return sum(len(members) for members in libraries) == len(set().union(*libraries))
 
 
 def pipeline_here(build: Build, mod: tvm.IRModule, offload: str) -> tuple[tvm.IRModule, Recording]:

@@ -76,8 +76,9 @@ class Measurer:
 
         match_torch_threads()
         built = self.builder.build([BuilderInput(mod, self.target) for mod in mods])
+        kind = str(tvm.runtime.device(self.target.get_target_device_type(), 0)).split(":")[0]
         inputs = [
-            RunnerInput(b.artifact_path, self.target.kind.name, ArgInfo.from_prim_func(m[WORKLOAD]))
+            RunnerInput(b.artifact_path, kind, ArgInfo.from_prim_func(m[WORKLOAD]))
             if b.error_msg is None
             else None
             for b, m in zip(built, mods, strict=True)
@@ -129,7 +130,8 @@ def remote_measurer(address: str, target: tvm.target.Target, options) -> Measure
     )
     builder = in_process_builder(export=options.cross_compiler or "")
     count = f" ({servers} servers)" if servers > 1 else ""
-    return Measurer(target, builder, runner, f"remote {address}{count}", servers)
+    # MetaSchedule sizes parallel loops by the target's cores; unless it says, this machine's
+    return Measurer(tuning_target(target), builder, runner, f"remote {address}{count}", servers)
 
 
 DIRECT = "direct"  # the tracker key MetaSchedule's RPC config needs, for a server without one
