@@ -139,17 +139,35 @@ def test_fusing_pipelines_give_fewer_kernels_with_the_same_numbers(shell):
         name = f"mlp_{pipeline}"
         shell.cell(name, MLP, options=f"--pipeline {pipeline}")
         live = shell.ns[name]
-        assert live.options.pipeline == pipeline
+        # `auto` on a CPU is the package's fused pipeline, and the module says so
+        assert live.options.pipeline == ("fused" if pipeline == "auto" else pipeline)
         assert torch.allclose(live.mlp(*MLP_ARGS), expected, atol=1e-5), pipeline
         kernels[pipeline], lowered[pipeline] = live.kernels("mlp"), live.lowered("mlp")
 
     assert len(kernels["default"]) == 6  # matmul, add, relu twice: one kernel per op
-    for pipeline in FUSING:
+    for pipeline in ("auto", *FUSING):
         assert 0 < len(kernels[pipeline]) < len(kernels["default"]), kernels
         assert all(k.startswith("fused_") for k in kernels[pipeline]), kernels
-    # `auto` on llvm is what tvm.compile picks for a CPU: the default pipeline
-    assert kernels["auto"] == kernels["default"]
-    assert lowered["auto"] == lowered["default"]
+        assert "T.parallel" in lowered[pipeline] and "T.vectorized" in lowered[pipeline]
+    assert kernels["auto"] == ["fused_matmul_add_relu", "fused_matmul1_add1_relu1"]
+
+
+def test_pipeline_default_is_exactly_what_tvm_compile_builds(shell):
+    """`--pipeline default`: tvm.compile's build for a CPU, one unscheduled kernel per op, and
+    the numbers of tvm.compile's executable, bit for bit (a schedule of ours would sum in
+    another order)."""
+    from tvm import relax
+
+    shell.cell("plain", MLP, options="--pipeline default")
+    plain = shell.ns["plain"]
+    assert plain.kernels("mlp") == ["matmul", "add", "relu", "matmul1", "add1", "relu1"]
+    lowered = plain.lowered("mlp")
+    assert "T.parallel" not in lowered and "T.vectorized" not in lowered
+    assert "tirx.is_scheduled" not in lowered
+    executable = tvm.compile(plain.ir_mod, target=plain._parts.target)
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    theirs = torch.from_dlpack(vm["mlp"](*[tvm.runtime.from_dlpack(a) for a in MLP_ARGS]))
+    assert torch.equal(plain.mlp(*MLP_ARGS), theirs)
 
 
 def test_an_unknown_pipeline_is_a_package_error_listing_the_known_ones(shell):
@@ -173,9 +191,10 @@ def test_config_pipeline_sets_the_default_for_new_modules(config_shell):
 
     before, after, chosen = (shell.ns[n] for n in ("before", "after", "chosen"))
     assert after.options.pipeline == "zero"
-    assert before.options.pipeline == "auto" and chosen.options.pipeline == "default"
+    assert before.options.pipeline == "fused" and chosen.options.pipeline == "default"
     assert after.kernels("mlp") == ["fused_matmul_add_relu", "fused_matmul1_add1_relu1"]
-    assert len(before.kernels("mlp")) == len(chosen.kernels("mlp")) == 6
+    assert before.kernels("mlp") == after.kernels("mlp")
+    assert len(chosen.kernels("mlp")) == 6
     expected = mlp_reference(*MLP_ARGS)
     for live in (before, after, chosen):
         assert torch.allclose(live.mlp(*MLP_ARGS), expected, atol=1e-5)

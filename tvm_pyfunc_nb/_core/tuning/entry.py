@@ -114,8 +114,8 @@ def measurer_for(parts: ModuleParts, fn: str) -> Measurer:
     else:
         return local_measurer(build.target)
     raise ScheduleError(
-        "tune measures each candidate where the module's code runs, so it needs a module for an "
-        f"llvm target run here, or one with --rpc{why}",
+        "tune measures each candidate where the module's code runs: on this machine's CPU (a "
+        f"module for an llvm target run here), or on the device of --rpc{why}",
         function=fn,
     )
 

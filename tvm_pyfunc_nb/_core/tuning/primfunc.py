@@ -82,8 +82,8 @@ def tuned(
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)
     had, found = measurer.times([tvm.IRModule({WORKLOAD: func}), schedule.mod])
     faster = found is not None and (had is None or found < had)
-    after, schedule = (found, TUNED) if faster else (had, KEPT)
-    row = KernelRow(name, 1, kept_trials(database, mod), had, after, schedule)
+    after, kind = (found, TUNED) if faster else (had, KEPT)
+    row = KernelRow(name, 1, kept_trials(database, mod), had, after, kind)
     seconds = time.perf_counter() - start
     report = TuningReport(name, todo, row.trials, seconds, (row,), where, measurer.where)
     return (schedule.mod[WORKLOAD] if faster else func), report

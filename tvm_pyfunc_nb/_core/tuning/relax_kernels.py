@@ -408,7 +408,7 @@ class _KernelProgress:
     def finish(self, rows: list[KernelRow]) -> None:
         """The last word: per call of the function, what its kernels take now and took."""
         kept = sum(1 for row in rows if row.schedule == KEPT)
-        note = f"{len(rows)} kernels"
+        note = f"{len(rows)} kernel{'s' * (len(rows) != 1)}"
         if all(r.before is not None and r.after is not None for r in rows):
             before = sum(r.before * r.calls for r in rows)
             after = sum(r.after * r.calls for r in rows)
