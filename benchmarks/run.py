@@ -23,6 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import readme_table  # noqa: E402
+import speed_report  # noqa: E402
 from harness import Row  # noqa: E402
 
 SIZES = (5, 20, 80)
@@ -32,13 +34,12 @@ CALL_NUMBER, CALL_ROUNDS = 2000, 41
 NOTEBOOK_REPEATS = 3
 COST_FUNCTIONS = 8
 MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS = 10, 3, 3, 48
-MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS = 64, 10, 3, 3
 GUARD_NUMBER, GUARD_ROUNDS = 20, 5
 WORKER_REPEATS = 15
 BISECT_REPEATS = 3
 REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER = 200, 9, 1000
 MODEL_LAYERS, MODEL_REPEATS = 4, 3
-MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS, MODELS_THREADS = 5, 3, 3, (1, 2)
+SPEED_NUMBER, SPEED_REPEAT, SPEED_ROUNDS = 10, 3, 5
 
 METHOD = (HERE / "METHOD.md").read_text()
 
@@ -88,12 +89,6 @@ TABLES = {
         ratio="remote ÷ local",
     ),
     "model": Table("A model at scale: a 4-layer transformer imported with `add_torch`"),
-    "models": Table(
-        "Models against PyTorch eager and `torch.compile`: without options and with "
-        "`--offload torch`, 1 and 2 threads each side",
-        second="PyTorch (eager unless the row says `torch.compile`)",
-        ratio=PYTORCH_SPEED,
-    ),
 }
 
 
@@ -348,31 +343,6 @@ def fast_rows(fast: dict) -> list[Row]:
     return rows
 
 
-def tuned_model_rows(tuned: dict) -> list[Row]:
-    """`tune("main")` on imported models, against PyTorch eager under `inference_mode`."""
-    rows = []
-    for figures in tuned["models"].values():
-        slowest = max(figures["kernels"], key=lambda k: (k["after"] or 0) * k["calls"])
-        rows.append(
-            Row(
-                "fast",
-                f"{figures['title']}, `add_torch`, `--pipeline {figures['pipeline']}`, then "
-                f'`tune("main", trials={figures["trials_run"]})` vs PyTorch eager '
-                "(`inference_mode`)",
-                figures["after"]["ours"],
-                figures["after"]["torch"],
-                goal="≥ 0.5×",
-                met=figures["after"]["torch"] / figures["after"]["ours"] >= 0.5,
-                note=f"`tune` took {_time(figures['tune_seconds'])} for "
-                f"{len(figures['kernels'])} kernels (MetaSchedule's one-time imports, "
-                f"{_time(tuned['import_seconds'])}, apart); before tuning ours "
-                f"{_time(figures['before']['ours'])}; slowest kernel after: "
-                f"{slowest['kernel']} {_time(slowest['after'] or 0)}",
-            )
-        )
-    return rows
-
-
 def fast_lines(fast: dict) -> list[str]:
     return [
         f'- target `{fast["target"]}`: `{{"kind": "llvm", "mcpu": "native"}}`, the CPU '
@@ -531,70 +501,6 @@ def model_rows(model: dict) -> list[Row]:
     ]
 
 
-MODEL_NAMES = {
-    "mlp": "MLP 32×256 → 512 → 512 → 10 (ReLU), written in Relax",
-    "transformer": "`nn.TransformerEncoderLayer` d 128, 4 heads, seq 64, `add_torch`",
-    "resnet": "ResNet-18-shaped conv net (transformers `ResNetModel`), 1×3×128×128, `add_torch`",
-}
-VARIANT_NAMES = {"default": "no options", "offload": "`--offload torch`"}
-
-
-def models_rows(by_threads: dict) -> list[Row]:
-    from models import goal
-
-    rows = []
-    for threads, figures in by_threads.items():
-        for name, row in figures["rows"].items():
-            case, variant = name.split("_", 1)
-            wanted = goal(case, variant)
-            kernels = row["kernels"]
-            torch_calls = sum(k.startswith("torch.") for k in kernels)
-            rows.append(
-                Row(
-                    "models",
-                    f"{MODEL_NAMES[case]}, {VARIANT_NAMES[variant]}, {threads} thread"
-                    + ("s" if threads > 1 else ""),
-                    row["ours"],
-                    row["torch"],
-                    f"≥ {wanted}×",
-                    row["torch"] / row["ours"] >= wanted,
-                    f"{len(kernels) - torch_calls} TVM kernels, {torch_calls} PyTorch calls; "
-                    f"first call {_time(row['first_call'])}",
-                )
-            )
-        for case, compiled in figures.get("torch_compile", {}).items():
-            best = min(VARIANT_NAMES, key=lambda v: figures["rows"][f"{case}_{v}"]["ours"])
-            rows.append(
-                Row(
-                    "models",
-                    f"{MODEL_NAMES[case]}, {VARIANT_NAMES[best]} (ours, the faster here) vs "
-                    f"`torch.compile` (inductor), {threads} thread" + ("s" if threads > 1 else ""),
-                    figures["rows"][f"{case}_{best}"]["ours"],
-                    compiled["median"],
-                    note=f"torch.compile's first call (its compile) took "
-                    f"{_time(compiled['compile_seconds'])}",
-                )
-            )
-    return rows
-
-
-def models_lines(by_threads: dict) -> list[str]:
-    lines = []
-    for threads, figures in by_threads.items():
-        bridge = figures["bridge"]
-        lines.append(
-            f"- {threads} thread(s): TVM's pool {figures['threads']['tvm']}, PyTorch "
-            f"{figures['threads']['torch']}; a PyTorch call through the bridge costs "
-            f"{_time(bridge['empty_call'])} beyond its op (the MLP's first `addmm` alone: "
-            f"{_time(bridge['addmm'])})"
-        )
-        for name, row in figures["rows"].items():
-            if "profile" in row:
-                ops = ", ".join(f"{op} {_time(t)}" for op, t in row["profile"])
-                lines.append(f"  - profile of {name} (per run, costliest first): {ops}")
-    return lines
-
-
 def _ratio(ratio: float) -> str:
     return f"{ratio:.2f}×" if ratio >= 0.1 else f"{ratio:.2g}×"
 
@@ -638,19 +544,50 @@ def cost_lines(costs: dict) -> list[str]:
     ]
 
 
-def models_section() -> dict:
-    """`models.py` once per thread count, each in a process whose TVM thread pool starts with
-    that many threads (`TVM_NUM_THREADS`)."""
-    args = (MODELS_NUMBER, MODELS_REPEAT, MODELS_ROUNDS)
-    return {
-        n: section("models.py", n, *args, env={"TVM_NUM_THREADS": str(n)}) for n in MODELS_THREADS
-    }
+def speed_text(speed: dict) -> list[str]:
+    """The "Fast by default" section of RESULTS.md."""
+    return [
+        "",
+        "## Fast by default: five models against PyTorch eager and `torch.compile`, one thread "
+        "and all threads",
+        "",
+        "× PyTorch eager's speed (eager's median time over the other's: above 1 is faster), "
+        "the time in brackets; goals (issue 37) at one thread and at all threads for the MLP, "
+        "the encoder layer and the conv net: no options ≥ 1.0×, `--offload torch` ≥ 1.2×, after "
+        "`tune` ≥ 1.5×; a figure that misses its goal is marked. AVX2 rows run PyTorch on its "
+        "AVX2 kernels too.",
+        "",
+        *speed_report.speed_lines(speed, _time),
+        "",
+        *speed_report.goal_lines(speed, _time),
+        *speed_report.peak_lines(speed, _time),
+    ]
 
 
-def main() -> None:
+def write_readme_table(lines: list[str]) -> None:
+    """The README's speed table, between its markers, replaced by `lines`."""
+    readme = HERE.parent / "README.md"
+    text = readme.read_text()
+    start, end = text.index(README_START), text.index(README_END)
+    readme.write_text(
+        text[: start + len(README_START)] + "\n" + "\n".join(lines) + "\n" + text[end:]
+    )
+
+
+README_START = "<!-- make bench writes this table -->"
+README_END = "<!-- end of the table make bench writes -->"
+
+
+def main(only: str | None = None) -> None:
+    """Every section, RESULTS.md and the README's speed table; `only="speed"`: the "Fast by
+    default" section alone, printed (RESULTS.md and the README are left as they are)."""
     started = time.perf_counter()
     header = machine()
     print("\n".join(header), file=sys.stderr)
+    speed = speed_report.speed_section(section, SPEED_NUMBER, SPEED_REPEAT, SPEED_ROUNDS)
+    if only == "speed":
+        print("\n".join([*header, *speed_text(speed)]))
+        return
     edits = section(
         "edit_loop.py",
         ",".join(map(str, SIZES)),
@@ -661,36 +598,32 @@ def main() -> None:
     nb = section("notebook.py", NOTEBOOK_REPEATS)
     costs = section("cache_costs.py", COST_FUNCTIONS)
     fast = section("make_fast.py", MATMUL_NUMBER, MATMUL_REPEAT, MATMUL_ROUNDS, TUNE_TRIALS)
-    tuned = section("tune_models.py", MODEL_TUNE_TRIALS, MODEL_NUMBER, MODEL_REPEAT, MODEL_ROUNDS)
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
     worker = section("build_worker.py", WORKER_REPEATS)
     found = section("find_the_pass.py", BISECT_REPEATS)
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
-    models = models_section()
     rows = (
         edit_rows(edits)
         + call_rows(calls)
         + notebook_rows(nb)
         + fast_rows(fast)
-        + tuned_model_rows(tuned)
         + guard_rows(guards)
         + worker_rows(worker)
         + remote_rows(remote)
         + model_rows(model)
-        + models_rows(models)
     )
     extra = {
         "worker": worker_lines(worker) + bisect_lines(found),
         "fast": fast_lines(fast),
         "remote": remote_lines(remote),
-        "models": models_lines(models),
     }
     body = []
     for key, spec in TABLES.items():
         body += ["", f"## {spec.title}", "", *table([r for r in rows if r.table == key], spec)]
         if key in extra:
             body += ["", *extra[key]]
+    body += speed_text(speed)
     body += ["", "## Compile cache, per PrimFunc", "", *cost_lines(costs)]
     elapsed = time.perf_counter() - started
     text = "\n".join(
@@ -706,7 +639,12 @@ def main() -> None:
     )
     print(text)
     (HERE / "RESULTS.md").write_text(text)
+    write_readme_table(
+        readme_table.lines(
+            edits, calls, nb, fast, guards, worker, found, remote, model, speed, _time
+        )
+    )
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:2])

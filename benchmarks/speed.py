@@ -154,6 +154,7 @@ def measure(model_key: str, target_key: str, number: int, repeat: int, rounds: i
         return model(*xs)
 
     out: dict = {
+        "load": list(os.getloadavg()),
         "title": title,
         "target": target_key,
         "tune": {
@@ -192,6 +193,7 @@ def measure(model_key: str, target_key: str, number: int, repeat: int, rounds: i
         slowest = min(("none", "offload", "tuned"), key=lambda v: medians["eager"] / medians[v])
         row["profile"] = profile_rows(modules[slowest], args, slowest)
         out["threads"][threads] = row
+    out["load"] += list(os.getloadavg())  # at the start of timing, and at its end
     if model_key == "mlp":
         out["peak"] = peak(target_key)
         out["flops"] = MLP_FLOPS

@@ -304,6 +304,56 @@ def test_through_a_tracker(shell):
         assert "no server with key `nokey`" in str(caught.value) and "board" in str(caught.value)
 
 
+RMM = """
+@R.function
+def rmm(x: R.Tensor((64, 64), "float32"), y: R.Tensor((64, 64), "float32")):
+    return R.nn.relu(R.matmul(x, y))
+"""
+
+
+def candidates_loaded(server: LocalRPC) -> int:
+    """How many built candidates the server loaded (MetaSchedule's RPC runner uploads each)."""
+    return len(re.findall(r"load_module \S*/lib\.so", server.log()))
+
+
+def test_tune_measures_on_every_server_a_tracker_has_and_keeps_those_records_apart(cached_shell):
+    shell = cached_shell
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    with (
+        LocalRPC(kind="tracker") as tracker,
+        LocalRPC(tracker=tracker.port, key="board") as first,
+        LocalRPC(tracker=tracker.port, key="board") as second,
+    ):
+        shell.cell("demo", RMM, options=f"--rpc tracker=127.0.0.1:{tracker.port}/board")
+        demo = shell.ns["demo"]
+        report = demo.tune("rmm", trials=4)
+        assert report.trials_run >= 4 and "(2 servers)" in report.measured_on, report
+        assert "on remote tracker=" in report.summary(), report.summary()
+        # the candidates went to both servers (two sessions at a time), none ran here
+        assert candidates_loaded(first) > 0 and candidates_loaded(second) > 0
+        (row,) = report.rows
+        assert row.before and row.after <= row.before, row
+        assert torch.allclose(demo.rmm(x, y), torch.relu(x @ y), atol=1e-4)  # runs there
+        remote_where = Path(report.where)
+        shell.run("%tvmmodule_drop demo")
+    # the same function tuned here: its records are kept apart from the remote device's
+    shell.cell("demo", RMM)
+    local = shell.ns["demo"].tune("rmm", trials=2)
+    assert local.measured_on == "here" and local.trials_run == 2, local
+    assert remote_where.name.endswith("-remote") and Path(local.where) != remote_where
+
+
+def test_tune_measures_on_the_server_of_a_module_with_rpc(shell, server):
+    remote_cell(shell, server, RMM)
+    demo = shell.ns["demo"]
+    loaded = candidates_loaded(server)
+    report = demo.tune("rmm", trials=2)
+    assert report.measured_on == f"remote {server.address}", report
+    assert candidates_loaded(server) > loaded
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    assert torch.allclose(demo.rmm(x, y), torch.relu(x @ y), atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "address, says",
     [

@@ -335,10 +335,15 @@ class LocalRPC:
             return False
         return self.kind == "tracker" or queues.get(self.key or "local", {}).get("free", 0) > 0
 
-    def _read_log(self) -> str:
+    def log(self) -> str:
+        """What the server (or tracker) printed so far: the sessions it served, the modules it
+        loaded."""
         self._log.flush()
         with open(self._log.name) as log:
-            return log.read()[-2000:]
+            return log.read()
+
+    def _read_log(self) -> str:
+        return self.log()[-2000:]
 
 
 # Runs the command in its arguments; kills its own process group (the command, all it started,

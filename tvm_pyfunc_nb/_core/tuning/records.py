@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import tvm
@@ -112,20 +113,32 @@ def workload_key(mod: tvm.IRModule) -> str:
     return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def read_choices(directory: Path) -> dict[str, bool]:
-    """`tune`'s choices kept in `directory` (workload key -> the tuned schedule is used), if
-    any; what the trust test refuses raises (`trust.Exposed`, OSError)."""
+@dataclass(frozen=True)
+class Choice:
+    """What `tune` chose for a kernel: its best record (`tuned`) or the schedule it had, and
+    the seconds of each as they were timed in turns (`after`: the one chosen)."""
+
+    tuned: bool
+    before: float | None
+    after: float | None
+
+
+def read_choices(directory: Path) -> dict[str, Choice]:
+    """`tune`'s choices kept in `directory` (by workload key), if any; what the trust test
+    refuses raises (`trust.Exposed`, OSError)."""
     path = Path(directory) / CHOICES
     if not path.exists():
         return {}
-    return {str(k): bool(v) for k, v in json.loads(trust.read_own(path) or b"{}").items()}
+    found = json.loads(trust.read_own(path) or b"{}")
+    return {str(key): Choice(bool(c[0]), c[1], c[2]) for key, c in found.items()}
 
 
-def write_choices(directory: Path, choices: dict[str, bool]) -> None:
+def write_choices(directory: Path, choices: dict[str, Choice]) -> None:
     """`choices` as the folder's choices file, replaced whole (a private file of its own first,
     so that a reader never sees half of it)."""
     path = Path(directory) / CHOICES
     fresh = path.with_name(f".{CHOICES}.{os.getpid()}")
     fresh.unlink(missing_ok=True)
-    trust.write_private(fresh, json.dumps(choices, sort_keys=True).encode())
+    rows = {key: [c.tuned, c.before, c.after] for key, c in choices.items()}
+    trust.write_private(fresh, json.dumps(rows, sort_keys=True).encode())
     os.replace(fresh, path)

@@ -49,6 +49,7 @@ from ..front_end_port import Progress
 from .measuring import Measurer, import_tensor_intrinsics, quiet, tuning_target
 from .records import (
     IN_MEMORY,
+    Choice,
     TuningRecords,
     kept_trials,
     read_choices,
@@ -86,7 +87,7 @@ class KernelSchedules:
         self.dlight: set[str] = set()
         self._database = None
         self._on_disk = True  # until its records cannot be read
-        self._choices: dict[str, bool] = {}
+        self._choices: dict[str, Choice] = {}
 
     def database(self, *, create: bool = False):
         """The tuning database, read from disk once, from a folder that passed the trust test
@@ -119,10 +120,15 @@ class KernelSchedules:
     def uses_tuned(self, mod: tvm.IRModule) -> bool:
         """Whether kernel `mod` runs its best record (else the schedule it had: `tune` found
         no faster one)."""
-        return self._choices.get(workload_key(mod), True)
+        choice = self._choices.get(workload_key(mod))
+        return choice is None or choice.tuned
 
-    def choose(self, mod: tvm.IRModule, *, tuned: bool) -> None:
-        self._choices[workload_key(mod)] = tuned
+    def choice(self, mod: tvm.IRModule) -> Choice | None:
+        return self._choices.get(workload_key(mod))
+
+    def choose(self, mod: tvm.IRModule, tuned: bool, before, after) -> Choice:
+        choice = self._choices[workload_key(mod)] = Choice(tuned, before, after)
+        return choice
 
     def save_choices(self) -> None:
         """The choices beside the records on disk (in memory, they are kept as they are)."""
@@ -260,14 +266,17 @@ def tune_function(
         before = measurer.times([sch.mod for sch in defaults])
         chosen = _worth_tuning(tasks, before) if trials is None else list(range(len(tasks)))
         budget = TRIALS_PER_KERNEL * len(chosen) if trials is None else trials
-        todo = max(0, budget - sum(kept_trials(database, tasks[i].workload) for i in chosen))
+        had = [kept_trials(database, task.workload) for task in tasks]
+        todo = max(0, budget - sum(had[i] for i in chosen))
         if todo:
             reporter.start(todo)
             reporter.note("starting MetaSchedule (its first use in a process takes a while)")
             _tune_tasks([tasks[i] for i in chosen], database, todo, schedules, reporter, measurer)
         reporter.note("each kernel's best candidate against its schedule")
         rows = [
-            _keep_the_faster(tasks[i], defaults[i], before[i], database, schedules, measurer)
+            _keep_the_faster(
+                tasks[i], defaults[i], before[i], database, schedules, measurer, had[i]
+            )
             for i in range(len(tasks))
         ]
         schedules.save_choices()
@@ -303,19 +312,22 @@ def _worth_tuning(tasks: list[KernelTask], before: list[float | None]) -> list[i
 
 
 def _keep_the_faster(
-    task: KernelTask, default, seconds, database, schedules: KernelSchedules, measurer
+    task: KernelTask, default, seconds, database, schedules: KernelSchedules, measurer, had: int
 ) -> KernelRow:
     """The kernel's row: its best candidate measured against the schedule it had, in turns; the
-    faster one is what the kernel runs from now on (the choice is kept beside the records)."""
+    faster one is what the kernel runs from now on (the choice is kept beside the records, with
+    both times). A kernel with no new trial since its choice keeps it: nothing is measured."""
     trials = kept_trials(database, task.workload)
     best = database.query_schedule(task.workload, measurer.target, WORKLOAD) if trials else None
     if best is None:
         return KernelRow(task.name, task.calls, 0, seconds, seconds, NOT_TUNED)
-    had, found = measurer.times([default.mod, best.mod])
-    faster = found is not None and (had is None or found < had)
-    schedules.choose(task.workload, tuned=faster)
-    after = found if faster else had
-    return KernelRow(task.name, task.calls, trials, had, after, TUNED if faster else KEPT)
+    choice = schedules.choice(task.workload)
+    if choice is None or trials != had:
+        before, found = measurer.times([default.mod, best.mod])
+        tuned = found is not None and (before is None or found < before)
+        choice = schedules.choose(task.workload, tuned, before, found if tuned else before)
+    kind = TUNED if choice.tuned else KEPT
+    return KernelRow(task.name, task.calls, trials, choice.before, choice.after, kind)
 
 
 def _tune_tasks(tasks, database, todo: int, schedules, reporter, measurer: Measurer) -> None:
