@@ -16,9 +16,10 @@ before torch is imported: `run.py` does), so both sides are what an AVX2 machine
 is this machine's CPU on both sides.
 
 For the MLP the figures also give its FLOP rate at one thread against one core's FP32 peak:
-clock × FMA units × float32 lanes × 2 (a fused multiply-add is two operations), the FMA units
-found by a probe (`fma_units`): a kernel of independent vector multiply-adds, whose rate one
-unit could not reach if there are two.
+clock × FMA units × float32 lanes × 2 (a fused multiply-add is two operations), the units and the
+clock found by a probe (`fma_rate`): one thread of independent vector multiply-adds reaches a rate
+that one unit could give only above 5 GHz, so two, at the clock that rate implies (turbo
+included; /proc/cpuinfo gives the nominal one).
 """
 
 from __future__ import annotations
@@ -224,17 +225,21 @@ def peak(target_key: str) -> dict:
         else {"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu()}
     )
     lanes = vector_lanes(target)
-    clock = cpu_mhz() * 1e6
     probe = fma_rate(target, lanes)
-    one_unit = clock * lanes * 2
-    units = 2 if probe > 1.2 * one_unit else 1
+    # the fewest FMA units that give the probe's rate at a clock this CPU can run
+    units = next(n for n in (1, 2, 4) if probe / (n * lanes * 2) <= MAX_CLOCK_HZ)
+    clock = probe / (units * lanes * 2)
     return {
         "clock_hz": clock,
+        "nominal_hz": cpu_mhz() * 1e6,
         "lanes": lanes,
         "fma_units": units,
         "probe": probe,
         "flops": clock * units * lanes * 2,
     }
+
+
+MAX_CLOCK_HZ = 5.0e9  # no x86 core runs faster (turbo included)
 
 
 def cpu_mhz() -> float:

@@ -329,11 +329,15 @@ class LocalRPC:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             tracker = rpc.connect_tracker("127.0.0.1", port)
             tracker._sock.settimeout(2)  # TVM's client has no timeout of its own
-            queues = tracker.summary()["queue_info"]
+            servers = tracker.summary()["server_info"]
             tracker.close()
         except Exception:  # not up yet
             return False
-        return self.kind == "tracker" or queues.get(self.key or "local", {}).get("free", 0) > 0
+        # this server registered (not only another under the same key)
+        key = f"server:{self.key or 'local'}"
+        return self.kind == "tracker" or any(
+            s["key"] == key and s["addr"][1] == self.port for s in servers
+        )
 
     def log(self) -> str:
         """What the server (or tracker) printed so far: the sessions it served, the modules it

@@ -55,8 +55,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "pipeline",
         "auto",
-        "Relax pipeline: auto (what tvm.compile picks for the target), target (the target's "
-        "own, with fusion), or a relax.get_pipeline name (default, zero...)",
+        "Relax pipeline: auto (fuses and schedules: fused on a CPU, target elsewhere), fused, "
+        "target (the target's own), default (exactly tvm.compile's build), or another "
+        "relax.get_pipeline name (zero...)",
         "--pipeline",
     ),
     Option(

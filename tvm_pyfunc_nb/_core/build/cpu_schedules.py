@@ -7,7 +7,8 @@ time, on one core. This rule gives every kernel that multiplies and accumulates 
 (`C[.., i, j] += A[.., i, k] * B[.., k, j]`, whatever the names and the number of `i` and `k`
 axes: `R.matmul`, batched or not, an NCHW `R.nn.conv2d`, fused with what follows them or not) the
 classic CPU layout: a tile of rows × vectors of columns computed in registers (as many as the
-target's vector registers hold, with room to spare: 4 × 4 vectors on AVX-512, 4 × 2 on AVX2),
+target's vector registers hold, with room to spare: 8 rows × 2 vectors on AVX-512, 4 × 2 on
+AVX2),
 the tiles spread over the cores, `B` read a row of vectors at a time, the bias, normalization,
 activation or other element-wise ops fused after it applied to each tile as it is written.
 
@@ -44,6 +45,10 @@ SCHEDULED = "tirx.is_scheduled"
 # vector registers a tile leaves to LLVM (addresses, a second broadcast while the first is in use):
 # without them, LLVM spilled accumulators to the stack on every multiply-add
 SPARE_REGISTERS = 4
+# what a vector of B costs to load against a broadcast of A: B (weights) is read from L2, A's
+# few rows stay in L1; on AVX-512 8 rows × 2 vectors ran a 32×512 @ 512×512 matmul at 1.1-2×
+# the speed of 4 × 4 (the squarer tile: fewest loads if all loads cost the same)
+VECTOR_LOAD_COST = 3
 MAX_ROWS = 16  # rows of a tile: beyond, the broadcasts outnumber the vectors they feed
 
 
@@ -201,8 +206,8 @@ class _Rows:
 
 def _row_tile(sch: s_tir.Schedule, rows: list, vectors: int, unit: VectorUnit):
     """The row loops split into tiles and what a tile holds, and (rows, vectors) of a tile: the
-    most accumulators that fit in the registers with room to spare, fewer loads per
-    multiply-add among equals. A tile takes rows of the innermost row loop, and all of it and
+    most accumulators that fit in the registers with room to spare, the cheapest loads per
+    multiply-add among equals (a vector of B costs `VECTOR_LOAD_COST` broadcasts). A tile takes rows of the innermost row loop, and all of it and
     rows of the next one out when it is short (a convolution's row of a small image)."""
     extents = [_extent(sch, loop) for loop in rows]
     budget = unit.registers - SPARE_REGISTERS
@@ -220,7 +225,7 @@ def _row_tile(sch: s_tir.Schedule, rows: list, vectors: int, unit: VectorUnit):
         if not fits:
             continue
         h = max(fits)
-        key = (h * v, -(h + v))
+        key = (h * v, -(h + VECTOR_LOAD_COST * v))
         if best is None or key > best[0]:
             best = (key, h, v)
     _, height, v = best or ((0, 0), 1, 1)
