@@ -14,6 +14,11 @@ def _x(other: float, ours: float) -> str:
 
 def lines(edits, calls, nb, fast, guards, worker, found, remote, model, speed, fmt) -> list[str]:
     """The table's lines: header, then every row."""
+
+    def against(what: str, ours: float, theirs: float, who: str = "upstream") -> tuple:
+        """A row of one figure of ours against one of `who`'s."""
+        return (what, fmt(ours), f"{who} {fmt(theirs)}", _x(theirs, ours))
+
     sizes = (5, 20, 80)
     ours_sizes = " / ".join(fmt(edits[f"ours_primfunc{n}"]) for n in sizes)
     upstream_sizes = " / ".join(fmt(edits[f"upstream_primfunc{n}"]) for n in sizes)
@@ -26,17 +31,15 @@ def lines(edits, calls, nb, fast, guards, worker, found, remote, model, speed, f
     cold, warm, up = nb["cold"]["wall"], nb["warm"]["wall"], nb["upstream"]["wall"]
     isolated = worker["isolate"]
     rows = [
-        (
+        against(
             "edit a pyfunc, re-run the cell, get the result (20 PrimFuncs, 2 Relax, 2 pyfuncs)",
-            fmt(edits["ours_pyfunc20"]),
-            f"upstream {fmt(edits['upstream_pyfunc20'])}",
-            _x(edits["upstream_pyfunc20"], edits["ours_pyfunc20"]),
+            edits["ours_pyfunc20"],
+            edits["upstream_pyfunc20"],
         ),
-        (
+        against(
             "edit one PrimFunc, re-run, get the result (same module)",
-            fmt(edits["ours_primfunc20"]),
-            f"upstream {fmt(edits['upstream_primfunc20'])}",
-            _x(edits["upstream_primfunc20"], edits["ours_primfunc20"]),
+            edits["ours_primfunc20"],
+            edits["upstream_primfunc20"],
         ),
         (
             "the same with 5 / 20 / 80 PrimFuncs",
@@ -59,12 +62,7 @@ def lines(edits, calls, nb, fast, guards, worker, found, remote, model, speed, f
             f"{_x(calls['upstream relax'], relax)} (ours takes {relax / floor:.2f} times the raw "
             "VM call's floor)",
         ),
-        (
-            "pyfunc → `self.call_tir`",
-            fmt(calls["ours call_tir"]),
-            f"upstream {fmt(calls['upstream call_tir'])}",
-            _x(calls["upstream call_tir"], calls["ours call_tir"]),
-        ),
+        against("pyfunc → `self.call_tir`", calls["ours call_tir"], calls["upstream call_tir"]),
         (
             "Relax → `R.call_py_func` → torch",
             f"{fmt(py_ours[0])}–{fmt(py_ours[1])}",
@@ -84,11 +82,11 @@ def lines(edits, calls, nb, fast, guards, worker, found, remote, model, speed, f
             f"`tvm.compile` + VM {fmt(model['upstream'])}",
             f"{_x(model['upstream'], model['cold'])} / {_x(model['upstream'], model['warm'])}",
         ),
-        (
+        against(
             "the same model, one op edited with `edit_text`, run, called",
-            fmt(model["edit"]),
-            f"`tvm.compile` {fmt(model['upstream_edit'])}",
-            _x(model["upstream_edit"], model["edit"]),
+            model["edit"],
+            model["upstream_edit"],
+            "`tvm.compile`",
         ),
         (
             f"tutorial 08's matmul 256×256: as written / scheduled by hand / tuned "
@@ -114,12 +112,12 @@ def lines(edits, calls, nb, fast, guards, worker, found, remote, model, speed, f
             "the goal, under a minute",
             "—",
         ),
-        (
+        against(
             "edit one PrimFunc, re-run, call it, with `--isolate` (the compile in the build "
             "worker)",
-            fmt(isolated["isolated"]),
-            f"the same without `--isolate`, {fmt(isolated['here'])}",
-            _x(isolated["here"], isolated["isolated"]),
+            isolated["isolated"],
+            isolated["here"],
+            "the same without `--isolate`,",
         ),
         (
             "a call through an RPC server on loopback (Relax, 5 elements)",

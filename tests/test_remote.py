@@ -307,7 +307,10 @@ def test_through_a_tracker(shell):
 RMM = """
 @R.function
 def rmm(x: R.Tensor((64, 64), "float32"), y: R.Tensor((64, 64), "float32")):
-    return R.nn.relu(R.matmul(x, y))
+    with R.dataflow():
+        z = R.nn.relu(R.matmul(x, y))
+        R.output(z)
+    return z
 """
 
 

@@ -8,9 +8,7 @@ op a kernel of its own, no schedule at all (TVM's CPU pipeline neither fuses nor
 every other pipeline, the build gives the kernels it made the CPU schedules of cpu_schedules.py.
 
 `fused` is TVM's CPU pipeline (`relax.get_default_pipeline`: legalize, fold constants, fuse, lower
-for the VM) with passes first: a Relax function written without `R.dataflow()` gets its
-dataflow blocks (TVM fuses only inside them); and, for what the CPU schedules do best
-(conv_rewrites.py):
+for the VM) with passes first for what the CPU schedules do best (conv_rewrites.py):
 - a batch norm with running statistics (what a model in `eval()` runs) after a convolution folds
   into its weights and a bias; any other becomes the element-wise ops it computes
   (`DecomposeOpsForInference`), which fuse with what is around them;
@@ -94,7 +92,6 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
 first."""
     return tvm.transform.Sequential(
         [
-            relax.transform.ConvertToDataflow(),  # TVM fuses only inside dataflow blocks
             fold_batch_norms,
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),  # `(y, mean, var)[0]` is `y`: it fuses

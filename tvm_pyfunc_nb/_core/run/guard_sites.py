@@ -55,7 +55,7 @@ def name_the_binding(
 
 def bindings_of(mod: tvm.IRModule, fn: str, kernel: tvm.tirx.PrimFunc) -> list:
     """The bindings of Relax function `fn` whose op legalizes to `kernel`, in order."""
-    kernel = kernel.without_attr("global_symbol")
+    kernel = kernel.without_attr("global_symbol").without_attr("op_pattern")  # a fusing pipeline's
     with native_stderr_silenced():  # TVM's warnings about the code it writes ("fast mode")
         legal = relax.transform.LegalizeOps()(mod)
     names = {
