@@ -20,7 +20,7 @@ from cells import MLP
 from tvm_pyfunc_nb._core.run.thread_pool import OURS, THREADS
 
 CORES = os.cpu_count() or 1
-ARGS = (torch.randn(4, 16), torch.randn(16, 32), torch.randn(32), torch.randn(32, 8), torch.randn(8))
+ARGS = tuple(torch.randn(*shape) for shape in ((4, 16), (16, 32), (32,), (32, 8), (8,)))
 
 
 @pytest.fixture
@@ -45,7 +45,8 @@ def test_tvm_runs_as_many_threads_as_pytorch_and_follows_it(shell, torch_threads
         assert threads_of(timing) == (width, width), repr(timing)
         assert f"{width} thread" in repr(timing)
         profile = demo.profile("mlp", *ARGS, number=2, repeat=2)
-        assert f"TVM {width} thread" in profile.summary() and f"PyTorch {width})" in profile.summary()
+        summary = profile.summary()
+        assert f"TVM {width} thread" in summary and f"PyTorch {width})" in summary, summary
     # a plain call follows PyTorch too: TVM reads the count at each parallel loop
     torch.set_num_threads(1)
     demo.mlp(*ARGS)
