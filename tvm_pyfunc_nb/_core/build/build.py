@@ -36,7 +36,7 @@ from ...errors import (
 from .reuse import BuildCache
 from .disk_cache import code_target
 from .stats import CompileStats
-from .failed_bindings import kernel_binding, unlowered_binding
+from .failed_bindings import failing_binding, kernel_binding, unlowered_binding
 from .kernel_builds import KernelBuilds, binds_threads, build_here
 from .kernel_sites import KernelSites, Recording, describe_kernel, recording
 from .linking import Built, Linked, called_prim_funcs, link_order, link_vm, prim_funcs, relax_names
@@ -289,6 +289,8 @@ class Build:
         found = None if own else kernel_binding(mod, kernel, self.target, self.site_of)
         if calls and (found is None or len(calls[0][1]) > 1):  # a fused kernel
             what = describe_kernel(sites, kernel, self.site_of)
+            op = failing_binding(mod, *calls[0], self.target, self.site_of)
+            what = f"{op}, fused into {what}," if op else what
             error = CompileError(f"{what} {failed.detail}", function=calls[0][0])
         elif found is not None:
             what = f"{found[1]} (kernel `{kernel}`)"

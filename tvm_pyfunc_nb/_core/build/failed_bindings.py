@@ -21,6 +21,7 @@ from tvm import relax
 from ...errors import native_stderr_silenced
 
 _OFFENDING_OP = re.compile(r"Offending call:\s*R\.([\w.]+)\(")
+_UNKNOWN_SHAPE = "emit_te now only supports Tensor that has ShapeExpr shape"
 _INT64 = re.compile(r"T\.int64\((-?\d+)\)")
 _CONSTANT = re.compile(r'metadata\["[^"]+"\]\[\d+\]')
 
@@ -31,33 +32,64 @@ def kernel_binding(mod: tvm.IRModule, kernel: str, target, site_of=None) -> tupl
     return _find(mod, target, lambda value: _calls_kernel(value, kernel), site_of)
 
 
+def failing_binding(
+    mod: tvm.IRModule, function: str, bindings, target, site_of=None
+) -> str | None:
+    """The description of the first of `bindings` (of Relax function `function`, fused into one
+    kernel that does not compile) whose op alone, legalized, does not compile for `target`
+    either: the op a fused kernel's failure comes from."""
+    legal = _legalized(mod, target)
+    original = {b.var.name: b for b in _bindings(mod[function])}
+    for binding in _bindings(legal[function]):
+        value = binding.value
+        if binding.var.name not in bindings or not _calls_a_kernel(value):
+            continue
+        kernel = legal[value.args[0]].with_attr("global_symbol", "main")
+        try:
+            with native_stderr_silenced():
+                tvm.tirx.build(tvm.IRModule({"main": kernel}), target=target)
+        except Exception:  # TVM and LLVM raise many types: this op is the one that fails
+            site = site_of(function, binding.var.name) if site_of else None
+            described = describe(original.get(binding.var.name, binding))
+            return described + (f", from {site}" if site else "")
+    return None
+
+
 def unlowered_binding(
     mod: tvm.IRModule, err: BaseException, target, site_of=None
 ) -> tuple[str, str] | None:
     """`(function, description + why)` of the binding VM codegen could not emit (`err` names its
     op), if legalization left it as an op: why is that its shapes are not known."""
     found = _OFFENDING_OP.search(str(err))
-    if found is None:
+    if found is not None:
+        op = f"relax.{found.group(1)}"
+        hit = _find(mod, target, lambda value: getattr(value.op, "name", None) == op, site_of)
+    elif _UNKNOWN_SHAPE in str(err):  # a fusing pipeline's FoldConstant tried to legalize it
+        hit = _find(mod, target, _left_an_op, site_of)
+    else:
         return None
-    op = f"relax.{found.group(1)}"
-    hit = _find(mod, target, lambda value: getattr(value.op, "name", None) == op, site_of)
     if hit is None:
         return None
     function, description = hit
     return function, f"{description}: TVM cannot lower it while a shape is not known"
 
 
-def _find(mod: tvm.IRModule, target, matches, site_of=None) -> tuple[str, str] | None:
-    """The first binding of `mod`'s Relax functions whose legalized value `matches` (TVM's
-    warnings about the code legalization writes kept out of the cell's output)."""
+def _legalized(mod: tvm.IRModule, target) -> tvm.IRModule:
+    """`mod` legalized as the default pipeline does it, one kernel per op (TVM's warnings about
+    the code legalization writes kept out of the cell's output)."""
     with target, native_stderr_silenced():
-        after = tvm.transform.Sequential(
+        return tvm.transform.Sequential(
             [
                 relax.backend.DispatchSampling(),
                 relax.backend.DispatchSortScan(),
                 relax.transform.LegalizeOps(),
             ]
         )(mod)
+
+
+def _find(mod: tvm.IRModule, target, matches, site_of=None) -> tuple[str, str] | None:
+    """The first binding of `mod`'s Relax functions whose legalized value `matches`."""
+    after = _legalized(mod, target)
     for gv, func in after.functions_items():
         if not isinstance(func, relax.Function):
             continue
@@ -92,6 +124,20 @@ def _type(expr) -> str:
 
 def _dim(dim) -> str:
     return _INT64.sub(r"\1", str(dim))
+
+
+def _left_an_op(value: relax.Call) -> bool:
+    """Whether legalization left `value` an op of the user's (its shapes are not known)."""
+    name = getattr(value.op, "name", "")
+    return name.startswith("relax.") and not name.startswith(("relax.call_", "relax.builtin"))
+
+
+def _calls_a_kernel(value) -> bool:
+    return (
+        isinstance(value, relax.Call)
+        and getattr(value.op, "name", "") == "relax.call_tir"
+        and isinstance(value.args[0], tvm.ir.GlobalVar)
+    )
 
 
 def _calls_kernel(value: relax.Call, kernel: str) -> bool:

@@ -8,7 +8,9 @@ op a kernel of its own, no schedule at all (TVM's CPU pipeline neither fuses nor
 every other pipeline, the build gives the kernels it made the CPU schedules of cpu_schedules.py.
 
 `fused` is TVM's CPU pipeline (`relax.get_default_pipeline`: legalize, fold constants, fuse, lower
-for the VM) with passes first for what the CPU schedules do best (conv_rewrites.py):
+for the VM), the module's own PrimFuncs kept out of fusion (a kernel written in a cell keeps the
+loops its author wrote), with passes first for what the CPU schedules do best
+(conv_rewrites.py):
 - a batch norm with running statistics (what a model in `eval()` runs) after a convolution folds
   into its weights and a bias; any other becomes the element-wise ops it computes
   (`DecomposeOpsForInference`), which fuse with what is around them;
@@ -89,17 +91,52 @@ FUSED_VERSION = 1
 
 def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
     """TVM's CPU pipeline, batch norms folded or decomposed and convolution weights stored HWIO
-first."""
+    first, the module's own PrimFuncs kept out of fusion."""
+    own: dict[str, tvm.tirx.PrimFunc] = {}
+
+    @tvm.transform.module_pass(opt_level=0, name="OwnKernelsApart")
+    def apart(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        """The module's own PrimFuncs opaque to fusion: a kernel written in a cell keeps the
+        loops its author wrote (and TVM 0.27's FuseTIR fails on some: "Inconsistent buffers")."""
+        own.update((gv.name_hint, f) for gv, f in mod.functions_items() if _kernel(f))
+        return _with_functions(mod, {name: f.with_attr("op_pattern", OPAQUE) for name, f in own.items()})
+
+    @tvm.transform.module_pass(opt_level=0, name="OwnKernelsAsWritten")
+    def as_written(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        """The module's own PrimFuncs as they were (the kernels a call of them alone uses)."""
+        present = {gv.name_hint for gv in mod.get_global_vars()}
+        return _with_functions(mod, {n: f for n, f in own.items() if n in present})
+
     return tvm.transform.Sequential(
         [
+            apart,
             fold_batch_norms,
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),  # `(y, mean, var)[0]` is `y`: it fuses
             conv_weights_hwio,
             relax.get_default_pipeline(target),
+            as_written,
         ],
         name="fused_pipeline",
     )
+
+
+OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the call alone
+
+
+def _kernel(func) -> bool:
+    return isinstance(func, tvm.tirx.PrimFunc)
+
+
+def _with_functions(mod: tvm.IRModule, functions: dict) -> tvm.IRModule:
+    """`mod` with the functions named in `functions` replaced."""
+    if not functions:
+        return mod
+    mod = mod.clone()
+    for gv in mod.get_global_vars():
+        if gv.name_hint in functions:
+            mod.update_func(gv, functions[gv.name_hint])
+    return mod
 
 
 def _named_pipelines() -> list[str]:
