@@ -12,6 +12,7 @@ import ctypes
 import functools
 import multiprocessing
 import os
+import shutil
 import signal
 import textwrap
 import threading
@@ -27,6 +28,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from tvm_pyfunc_nb._core.build import trust
 from tvm_pyfunc_nb._core.build.build import Build
 from tvm_pyfunc_nb._core.build.builder import Recipe
 from tvm_pyfunc_nb._core.build.library_files import load_library
@@ -193,6 +195,43 @@ def test_a_file_of_the_worker_that_others_could_have_changed_is_not_loaded(worke
             worker.trusted_file(path)
     finally:
         path.unlink()
+
+
+def test_a_folder_removed_is_made_again_and_no_write_follows_a_symlink(worker, tmp_path):
+    """A tmp cleaner removes the worker's folder; someone makes the path again, with the old
+    log's name a symlink to a file of theirs. Jobs go on (a crash is still reported with the
+    worker's last words) and that file is left as it was."""
+    worker.run(quick_job())
+    folder = worker.directory
+    shutil.rmtree(folder)
+    path = worker.new_file(".so")  # where a job writes: checked, made again
+    assert path.parent.is_dir() and not path.exists()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("keep me")
+    (folder / "stderr.log").symlink_to(theirs)
+    with pytest.raises(WorkerCrash) as raised:
+        worker.run(functools.partial(ctypes.string_at, 0))
+    assert "Fatal Python error: Segmentation fault" in raised.value.crash.output
+    assert worker.run(quick_job()) == 6
+    assert theirs.read_text() == "keep me"
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_worker_alone(worker):
+    """A forked child inherits the parent's `atexit` (the worker's `close`, the temporary
+    folder's removal): run there, they must not end the parent's worker or remove its folder."""
+    worker.run(quick_job())
+    parent, pid, folder = os.getpid(), worker.pid, worker.directory
+    child = os.fork()
+    if child == 0:  # what the child's exit runs
+        try:
+            worker.close()
+            trust._remove_temporary(parent)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert folder.is_dir() and trust.temporary_directory() in folder.parents
+    assert alive(pid) and worker.run(quick_job()) == 6 and worker.pid == pid
 
 
 # -- TVM jobs (the child imports TVM once, for all of them) ---------------------------------
