@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -346,3 +347,45 @@ def _waiting_for_the_worker(thread: threading.Thread) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+EXPORTS_PMADD = """
+import sys
+import tvm
+from tvm_pyfunc_nb import CompileError, LiveModule
+
+live = LiveModule("demo", isolate=True, target='{"kind": "llvm", "mcpu": "x86-64"}')
+live.run_cell(sys.argv[1])
+try:
+    live.export_library(sys.argv[2])
+except CompileError as err:
+    print("CompileError:", err)
+"""
+
+
+def test_export_library_builds_in_the_worker_too(tmp_path, worker):
+    """What `export_library` writes is built and linked in the worker with --isolate (a
+    library loaded from a file cannot be linked into one that is written, so it all happens
+    there): LLVM's fatal error there is an error, in a process that lives on. Before, it was
+    built in the process that exports, and ended it (run apart here, for that reason)."""
+    path = tmp_path / "lib.so"
+    done = subprocess.run(
+        [sys.executable, "-c", EXPORTS_PMADD, PMADD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "CompileError: `pmadd`" in done.stdout and "TVM crashed in codegen" in done.stdout
+    assert not path.exists()
+
+    live = LiveModule("exported", isolate=True)
+    live.run_cell(elementwise_kernel("plus", "A[i] + B[i]") + MLP)
+    written = live.export_library(str(tmp_path / "ok.so"))
+    lib = tvm.runtime.load_module(written.path)
+    vm = relax.VirtualMachine(lib, tvm.cpu())
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    out = torch.from_dlpack(vm["mlp"](tvm.runtime.tensor(x.numpy()), tvm.runtime.tensor(w.numpy())))
+    assert torch.allclose(out, torch.relu(x @ w), rtol=1e-4, atol=1e-4)
+    assert written.kernels == ["plus"]
+    live.close()
