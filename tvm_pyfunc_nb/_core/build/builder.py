@@ -56,14 +56,11 @@ class Recipe:
     def as_built(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
         """`funcs` (`{name: func}`) as a build compiles them: named, guards in if checked (CPU)."""
         checked = self.options.checked and self.target.kind.name == "llvm"
-        return tvm.IRModule(
-            {
-                tvm.ir.GlobalVar(name): (guard(f, name) if checked else f).with_attr(
-                    "global_symbol", name
-                )
-                for name, f in funcs.items()
-            }
-        )
+
+        def built(name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+            return (guard(func, name) if checked else func).with_attr("global_symbol", name)
+
+        return tvm.IRModule({tvm.ir.GlobalVar(n): built(n, f) for n, f in funcs.items()})
 
 
 class Builder:
