@@ -71,7 +71,7 @@ def dot(graph: Graph, folded: set[str]) -> str:
     """The DOT text of `graph` with the groups `folded` (module paths) drawn as one node each."""
     groups, nodes = group_ids(graph), node_ids(graph)
     shown = {n.key: _representative(n.group, folded) or nodes[n.key] for n in graph.nodes}
-    shown = {k: groups[v] if v in groups else v for k, v in shown.items()}
+    shown = {k: groups.get(v, v) for k, v in shown.items()}
     hottest = max((n.mark.heat for n in graph.nodes if n.mark is not None), default=0.0)
     lines = [
         f'digraph "{_quoted(graph.function)}" {{',
@@ -94,11 +94,7 @@ def _representative(group: str, folded: set[str]) -> str | None:
 def _cluster(graph, parent, folded, groups, nodes, hottest) -> list[str]:
     """The DOT lines of what sits directly in group `parent` (None: the top): its nodes, its
     folded groups as nodes, its other groups as clusters."""
-    lines = [
-        _node_line(n, nodes[n.key], hottest)
-        for n in graph.nodes
-        if n.group == (parent or "")
-    ]
+    lines = [_node_line(n, nodes[n.key], hottest) for n in graph.nodes if n.group == (parent or "")]
     for path, group in graph.groups.items():
         if group.parent != parent:
             continue
@@ -235,4 +231,3 @@ def _shown(graph: Graph, folded: set[str]) -> int:
 def picture(graph: Graph, folded: set[str]) -> str:
     """The SVG of `graph` with `folded` folded."""
     return graphviz_engine.svg(dot(graph, folded))
-

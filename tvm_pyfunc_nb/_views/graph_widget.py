@@ -45,18 +45,25 @@ class GraphWidget(anywidget.AnyWidget):
 
     def _clicked(self, widget, content: dict, buffers) -> None:
         event, group = content.get("event"), content.get("group")
-        folded = set(self.folded)
-        if event == "fold" and group in self._paths:
-            folded.add(group)
+        if event == "fold":
+            self.fold(group)
         elif event == "unfold":
-            folded.discard(group)
+            self.unfold(group)
         elif event == "fold_all":
-            top = [p for p, g in self.graph.groups.items() if g.parent is None]
-            folded = {self._ids[p] for p in top}
+            self.fold(*(self._ids[p] for p, g in self.graph.groups.items() if g.parent is None))
         elif event == "unfold_all":
-            folded = set()
+            self.unfold(*self.folded)
+
+    def fold(self, *groups: str) -> None:
+        """Fold the groups of these ids (`g3`): each becomes one node."""
+        self._draw(set(self.folded) | {g for g in groups if g in self._paths})
+
+    def unfold(self, *groups: str) -> None:
+        self._draw(set(self.folded) - set(groups))
+
+    def _draw(self, folded: set[str]) -> None:
         self.folded = sorted(folded)
-        self.svg = picture(self.graph, {self._paths[i] for i in self.folded})
+        self.svg = picture(self.graph, {self._paths[i] for i in folded})
 
     def bundle(self) -> dict:
         """The widget, its picture as `image/svg+xml` (the static picture) and the graph's text."""

@@ -280,7 +280,9 @@ def _launches(parts: ModuleParts, fn: str, nodes: list[Node]) -> list[_Launch]:
         for callee, sites in linked.sites.of(fn).items()
         for k, site in enumerate(sites)
     ]
-    return sorted(found, key=lambda launch: max((order.get(b, 0) for b in launch.bindings), default=0))
+    return sorted(
+        found, key=lambda launch: max((order.get(b, 0) for b in launch.bindings), default=0)
+    )
 
 
 def _kernel_nodes(
@@ -370,7 +372,7 @@ def _check_overlay(parts: ModuleParts, fn: str, overlay) -> None:
     if overlay is None:
         return
     kind = _kind(overlay)
-    module = getattr(overlay, "module", parts.name)
+    module = overlay.module or parts.name
     if overlay.function != fn or module != parts.name:
         raise CallError(
             f"graph: the overlay is a {kind} of `{module}.{overlay.function}`, not of "

@@ -187,7 +187,9 @@ class Trace(Mapping[str, torch.Tensor]):
         intermediates: list[TracedValue],
         output,
         where: Mapping[str, SourceSite] | None = None,
+        module: str = "",
     ):
+        self.module = module  # the live module's name
         self.function = function
         self.intermediates = intermediates
         self.output = output
@@ -305,7 +307,8 @@ def trace(
     output, values = parts.runner.run_relax(fn, linked, entry, args)
     origin = parts.torch_origins.get(fn)
     where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
-    traced = Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})
+    sites = {b: s for b, s in where.items() if s}
+    traced = Trace(fn, traced_values(taps, values), output, sites, module=parts.name)
     if stop_at is not None:
         stop(traced, entry.func, args, stop_at)
     return traced
