@@ -9,6 +9,8 @@ and Notebook 7.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import re
 
 import pytest
@@ -255,3 +257,16 @@ def test_a_graph_as_a_cells_result_is_the_widget_and_its_picture(shell, net):
     widget.unfold(blocks)
     assert widget.folded == [] and "▾ blocks (Sequential)" in widget.svg
     widget.close()
+
+
+def test_the_engine_draws_where_an_asyncio_loop_runs_and_lets_the_interpreter_exit():
+    """A Jupyter kernel runs cells on an asyncio loop: the engine must not wait on it."""
+    code = (
+        "import asyncio\n"
+        "from tvm_pyfunc_nb._views import graphviz_engine\n"
+        "async def cell():\n"
+        "    return graphviz_engine.svg('digraph { a -> b }')\n"
+        "print(asyncio.run(cell()).count('class=\"node\"'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr

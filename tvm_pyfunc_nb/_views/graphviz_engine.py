@@ -9,7 +9,9 @@ with no CPU-specific rounding), which is what a saved notebook, GitHub and nbval
 The bundle is an ES module; V8 here evaluates scripts, so its closing `export{...}` becomes
 an assignment of the `Graphviz` class to `globalThis`. One V8 context serves the process,
 made at the first picture and closed at exit (a context left open keeps the interpreter from
-exiting). HTML-like labels (`label=<...>`) are not used: they make the bundle ask for
+exiting). It is made on a thread of its own: mini-racer runs its work on the asyncio loop
+running where it is made, if any, and a Jupyter kernel runs its cells on one; waiting there
+for the engine would wait on the very loop that must run it. HTML-like labels (`label=<...>`) are not used: they make the bundle ask for
 `crypto`, which V8 without a browser does not have.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import atexit
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import TVMModuleError
@@ -47,8 +50,15 @@ def version() -> str:
 
 
 def _start():
-    """A V8 context holding the loaded engine (made once, closed at exit)."""
+    """The V8 context holding the loaded engine (made once, closed at exit)."""
     global _context
+    with ThreadPoolExecutor(1) as thread:  # no asyncio loop runs there
+        _context = thread.submit(_loaded).result()
+    atexit.register(_close)
+    return _context
+
+
+def _loaded():
     from py_mini_racer import MiniRacer
 
     context = MiniRacer()
@@ -57,8 +67,6 @@ def _start():
         timeout=LOAD_SECONDS
     )
     context.eval("var layoutSvg = (dot) => engine.dot(dot, 'svg')")
-    _context = context
-    atexit.register(_close)
     return context
 
 
