@@ -9,12 +9,13 @@ and Notebook 7.
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
-import re
 
 import pytest
 import torch
+from graph_models import Block, Net, Root
 
 from tvm_pyfunc_nb._core.inspect.graph import (
     FAIL,
@@ -30,39 +31,6 @@ from tvm_pyfunc_nb._core.inspect.tracing import summary
 from tvm_pyfunc_nb._views import graph_view, graphviz_engine
 from tvm_pyfunc_nb._views.graph_widget import GraphWidget
 from tvm_pyfunc_nb.errors import CallError
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-        self.act = torch.nn.ReLU()
-
-    def forward(self, x):
-        return x + self.act(self.fc(x))
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inp = torch.nn.Linear(4, 8)
-        self.blocks = torch.nn.Sequential(Block(), Block())
-        self.out = torch.nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.out(self.blocks(self.inp(x)))
-
-
-class Root(torch.nn.Module):
-    """Makes nan from finite inputs: the square root of a linear layer's negative outputs."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.sqrt(self.fc(x)) * 2
-
 
 BLOCK_LINE = inspect.getsourcelines(Block.forward)[1] + 1
 
@@ -117,7 +85,7 @@ def test_nodes_edges_and_groups_are_the_functions_bindings_and_the_models_module
     assert lines[number - 1].strip() == text and text.startswith(f"{relu.key}: ")
     assert relu.op == "nn.relu" and relu.shape == "float32[3, 8]"
     assert relu.sources == (
-        f"blocks.0.act (ReLU), test_graph.py:{BLOCK_LINE}: return x + self.act(self.fc(x))",
+        f"blocks.0.act (ReLU), graph_models.py:{BLOCK_LINE}: return x + self.act(self.fc(x))",
     )
     assert repr(graph) == (
         f"graph of main: {len(bindings)} bindings in 9 groups\n"

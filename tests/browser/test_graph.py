@@ -11,6 +11,7 @@ Screenshots go to `build/screenshots/graph*.png`.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -21,34 +22,11 @@ from browser.quickstart import expect_no_broken_widget, run_all, wait_for_notebo
 
 SHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 NOTEBOOK = "graph.ipynb"
-MODEL = '''import torch
-
-
-class Block(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-        self.act = torch.nn.ReLU()
-
-    def forward(self, x):
-        return x + self.act(self.fc(x))
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inp = torch.nn.Linear(4, 8)
-        self.blocks = torch.nn.Sequential(Block(), Block())
-        self.out = torch.nn.Linear(8, 2)
-
-    def forward(self, x):
-        return self.out(self.blocks(self.inp(x)))
-'''
 CELLS = [
     """%load_ext tvm_pyfunc_nb
 import torch
 from tvm import relax
-from graph_model import Net
+from graph_models import Net
 
 def silu(node, importer):  # TVM computes the model's ReLUs as SiLUs: compare finds the first
     return importer.block_builder.emit(relax.op.nn.silu(importer.env[node.args[0]]))
@@ -64,7 +42,7 @@ RED = "#f8d0d0"  # graph_view's fill of a node that fails
 
 def write_notebook(root: Path) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    (root / "graph_model.py").write_text(MODEL)
+    shutil.copyfile(Path(__file__).parents[1] / "graph_models.py", root / "graph_models.py")
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
     notebook.metadata["kernelspec"] = {
@@ -105,25 +83,28 @@ def draw_and_use_the_graph(page: Page, shot: str) -> None:
     graph.locator("g.node", has_text="= nn.silu").first.click()
     details = graph.locator(".tvm-graph-details")
     expect(details).to_contain_text("TVMScript")
-    expect(details).to_contain_text(re.compile(r"blocks\.0\.act \(ReLU\), graph_model\.py:\d+"))
+    expect(details).to_contain_text(re.compile(r"blocks\.0\.act \(ReLU\), graph_models\.py:\d+"))
     expect_no_broken_widget(page)
+
+
+def open_notebook(server, browser) -> Page:
+    """A new page on the graph notebook of `server` (JupyterLab or Notebook 7)."""
+    write_notebook(server.root)
+    page = browser.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(server.notebook_url(NOTEBOOK, "graph"))
+    return page
 
 
 @pytest.mark.browser
 def test_the_graph_folds_and_shows_the_compare_in_jupyterlab(lab, browser):
-    write_notebook(lab.root)
-    page = browser.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(lab.notebook_url(NOTEBOOK, "graph"))
+    page = open_notebook(lab, browser)
     expect(page.get_by_text("Python 3 (ipykernel) | Idle", exact=True)).to_be_visible()
     draw_and_use_the_graph(page, "graph.png")
 
 
 @pytest.mark.browser
 def test_the_graph_folds_and_shows_the_compare_in_notebook_7(notebook7, browser):
-    write_notebook(notebook7.root)
-    page = browser.new_page()
-    page.set_default_timeout(60_000)
-    page.goto(notebook7.notebook_url(NOTEBOOK, "graph"))
+    page = open_notebook(notebook7, browser)
     wait_for_notebook7_kernel(page)
     draw_and_use_the_graph(page, "graph-notebook7.png")

@@ -11,8 +11,10 @@ an assignment of the `Graphviz` class to `globalThis`. One V8 context serves the
 made at the first picture and closed at exit (a context left open keeps the interpreter from
 exiting). It is made on a thread of its own: mini-racer runs its work on the asyncio loop
 running where it is made, if any, and a Jupyter kernel runs its cells on one; waiting there
-for the engine would wait on the very loop that must run it. HTML-like labels (`label=<...>`) are not used: they make the bundle ask for
-`crypto`, which V8 without a browser does not have.
+for the engine would wait on the very loop that must run it.
+
+HTML-like labels (`label=<...>`) are not used: they make the bundle ask for `crypto`, which
+V8 without a browser does not have.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@
   the module view (`NAME.show()`), a new cell below (`NAME.edit`), long
   compiles and tuning runs shown in the module's views.
 - `register_formatters` makes a `LiveModule` that ends a cell show its module
-  view (IPython's display formatters: the core has no `_repr_mimebundle_`).
+  view, and a `Graph` (`NAME.graph`) its widget and picture (IPython's display
+  formatters: the core has no `_repr_mimebundle_`).
 
 A TVM compile runs in the kernel's own thread, so a view can only show one
 from another thread: a `CompileWatch` per module writes what is compiling,
