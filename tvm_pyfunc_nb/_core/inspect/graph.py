@@ -149,11 +149,11 @@ class Graph:
         return found
 
     def summary(self) -> str:
-        """`graph of main: 18 bindings in 6 groups, by binding`."""
-        what = "launches" if self.by == KERNEL else "bindings"
+        """`graph of main: 18 bindings in 6 groups`."""
         count = sum(n.kind != INPUT for n in self.nodes)
-        groups = f" in {len(self.groups)} groups" if self.groups else ""
-        return f"graph of {self.function}: {count} {what}{groups}"
+        what = _counted(count, "launch" if self.by == KERNEL else "binding")
+        groups = f" in {_counted(len(self.groups), 'group')}" if self.groups else ""
+        return f"graph of {self.function}: {what}{groups}"
 
     def __repr__(self) -> str:
         lines = [self.summary()]
@@ -165,6 +165,10 @@ class Graph:
             named = f"; marked: {focus.title}" if focus is not None else ""
             lines.append(f"overlay: {self.overlay}: {self.verdict}{named}")
         return "\n".join(lines)
+
+
+def _counted(count: int, what: str) -> str:
+    return f"{count} {what}{'es' if what.endswith('h') else 's'}" if count != 1 else f"1 {what}"
 
 
 def graph(parts: ModuleParts, fn: str, overlay, by: str) -> Graph:
