@@ -17,16 +17,8 @@ import pytest
 import torch
 from graph_models import Block, Net, Root
 
-from tvm_pyfunc_nb._core.inspect.graph import (
-    FAIL,
-    INPUT,
-    KERNEL,
-    NONFINITE,
-    NOT_COMPARED,
-    PASS,
-    TIME,
-    Graph,
-)
+from tvm_pyfunc_nb._core.inspect.graph import INPUT, KERNEL, Graph
+from tvm_pyfunc_nb._core.inspect.graph_marks import FAIL, NONFINITE, NOT_COMPARED, PASS, TIME
 from tvm_pyfunc_nb._core.inspect.tracing import summary
 from tvm_pyfunc_nb._views import graph_view, graphviz_engine
 from tvm_pyfunc_nb._views.graph_widget import GraphWidget

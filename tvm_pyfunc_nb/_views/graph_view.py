@@ -28,19 +28,8 @@ details still show; folding needs the kernel.
 
 from __future__ import annotations
 
-from .._core.inspect.graph import (
-    FAIL,
-    FINITE,
-    INPUT,
-    KERNEL,
-    NONFINITE,
-    NOT_COMPARED,
-    PASS,
-    TIME,
-    Graph,
-    Mark,
-    Node,
-)
+from .._core.inspect.graph import INPUT, KERNEL, Graph, Node
+from .._core.inspect.graph_marks import FAIL, FINITE, NONFINITE, NOT_COMPARED, PASS, TIME, Mark
 from . import graphviz_engine
 
 MAX_SHOWN = 40  # nodes and folded groups shown at first; deeper groups fold beyond that

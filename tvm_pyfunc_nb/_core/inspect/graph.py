@@ -9,9 +9,10 @@ What the views draw, computed here without them:
   (views, aliases, tuples), so its edges come from the launches that made its inputs;
 - groups: the `nn.Module` path each node came from (a function from `add_torch`), every
   enclosing module a group too, named by its class (`blocks (Sequential)`, `0 (Block)`);
-- what an overlay says of each node, a `Mark`: a `compare` result (by binding or by kernel)
-  its verdict and error, a `profile` its time, a `trace` its values and whether they are
-  finite, and the node the overlay names (the first divergence, where a trace stopped).
+- what an overlay says of each node, a `Mark` (graph_marks.py): a `compare` result (by
+  binding or by kernel) its verdict and error, a `profile` its time, a `trace` its values
+  and whether they are finite, and the node the overlay names (the first divergence, where a
+  trace stopped).
 
 A node carries what a reader asks of it: its binding, op, TVMScript line (numbered as the
 cell `edit_text` gives), source line (`file:line: code`) and values. Nothing in it depends on
@@ -20,7 +21,7 @@ the CPU or on timing, except a profile's times (and a compare's digits beyond ro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import tvm
@@ -32,42 +33,20 @@ from ..live import script_text
 from ..live.cells import RELAX
 from ..models.source_sites import module_classes
 from ..module_parts import ModuleParts
-from .comparing import Comparison, Difference, error_cells, short_number
-from .kernel_compare import KernelComparison
+from .graph_marks import (
+    Launch,
+    Mark,
+    Marks,
+    check_overlay,
+    marks_of,
+    overlay_kind,
+)
 from .profiling import Profile
-from .timing import duration
-from .tracing import Trace, input_vars, nonfinite_count, op_of, summary, unique_names
+from .tracing import input_vars, op_of, summary, unique_names
 
 BY = ("binding", "kernel")  # what a node is: a binding of the function, or a launch of a kernel
 
-# What an overlay says of a node, from least to most worth a look: a folded group shows the
-# worst of its members.
-NOT_COMPARED, FINITE, PASS, TIME, NONFINITE, FAIL = (
-    "not compared",
-    "finite",
-    "pass",
-    "time",
-    "non-finite",
-    "FAIL",
-)
-SEVERITY = (NOT_COMPARED, FINITE, PASS, TIME, NONFINITE, FAIL)
 INPUT, BINDING, KERNEL = "input", "binding", "kernel"
-
-
-@dataclass(frozen=True)
-class Mark:
-    """What an overlay says of one node: a level (`SEVERITY`) and a few words for the node."""
-
-    level: str
-    text: str  # `FAIL 0.52`, `≤ rounding`, `3 nan`, `1.20 µs · 34%`
-    heat: float = 0.0  # a profile's share of the run, 0..1
-    first: bool = False  # the node the overlay names: the first divergence, where a trace stopped
-
-    def worse_than(self, other: Mark | None) -> bool:
-        if other is None:
-            return True
-        mine, theirs = SEVERITY.index(self.level), SEVERITY.index(other.level)
-        return (mine, self.first, self.heat) > (theirs, other.first, other.heat)
 
 
 @dataclass(frozen=True)
@@ -179,7 +158,7 @@ def graph(parts: ModuleParts, fn: str, overlay, by: str) -> Graph:
             f"graph: by must be one of {', '.join(map(repr, BY))}, not {by!r}", function=fn
         )
     func = parts.entry(fn, kind=RELAX, needed_by="graph").func
-    _check_overlay(parts, fn, overlay)
+    check_overlay(parts.name, fn, overlay)
     origin = parts.torch_origins.get(fn)
     site_of = origin.site if origin is not None else (lambda binding: None)
     nodes, reads = _binding_nodes(func, _script_lines(script_text.edit_text(parts, fn)), site_of)
@@ -265,22 +244,14 @@ def _edges(reads: Mapping[str, list[str]]) -> list[tuple[str, str]]:
 
 
 # -- nodes by kernel launch ------------------------------------------------------------
-@dataclass(frozen=True)
-class _Launch:
-    key: str  # `kernel#k`
-    callee: str  # what the lowered function calls (kernel_sites' key)
-    name: str  # as tables show it: the kernel, `torch.linear`, the pyfunc
-    bindings: tuple[str, ...]
-
-
-def _launches(parts: ModuleParts, fn: str, nodes: list[Node]) -> list[_Launch]:
+def _launches(parts: ModuleParts, fn: str, nodes: list[Node]) -> list[Launch]:
     """Every call site of the compiled `fn` (compiled now if needed), in the order of the
     bindings they compute."""
     linked = parts.compiler.linked_for(parts.state, fn)
     pyfuncs = parts.compiler.bridge.names
     order = {n.key: i for i, n in enumerate(nodes)}
     found = [
-        _Launch(f"{callee}#{k}", callee, pyfuncs.get(callee, callee.removeprefix(PREFIX)), site)
+        Launch(f"{callee}#{k}", callee, pyfuncs.get(callee, callee.removeprefix(PREFIX)), site)
         for callee, sites in linked.sites.of(fn).items()
         for k, site in enumerate(sites)
     ]
@@ -290,7 +261,7 @@ def _launches(parts: ModuleParts, fn: str, nodes: list[Node]) -> list[_Launch]:
 
 
 def _kernel_nodes(
-    nodes: list[Node], reads: dict[str, list[str]], launches: list[_Launch], site_of
+    nodes: list[Node], reads: dict[str, list[str]], launches: list[Launch], site_of
 ) -> tuple[list[Node], dict]:
     """A node per launch, reading the launches (or parameters) that made what its bindings read,
     through the bindings no launch computes."""
@@ -355,58 +326,12 @@ def _groups(nodes: list[Node], classes: Mapping[str, str]) -> dict[str, Group]:
     return groups
 
 
-# -- overlays ----------------------------------------------------------------------------
-def _kind(overlay) -> str:
-    if isinstance(overlay, KernelComparison):
-        return "compare by kernel"
-    if isinstance(overlay, Comparison):
-        return "compare"
-    if isinstance(overlay, Profile):
-        return "profile"
-    if isinstance(overlay, Trace):
-        return "trace"
-    raise CallError(
-        "graph: overlay= takes what compare, profile or trace returned (a Comparison, a Profile "
-        f"or a Trace), not {type(overlay).__name__}"
-    )
-
-
-def _check_overlay(parts: ModuleParts, fn: str, overlay) -> None:
-    """An overlay of `fn`, of this module, that says something of its nodes."""
-    if overlay is None:
-        return
-    kind = _kind(overlay)
-    module = overlay.module or parts.name
-    if overlay.function != fn or module != parts.name:
-        raise CallError(
-            f"graph: the overlay is a {kind} of `{module}.{overlay.function}`, not of "
-            f"`{parts.name}.{fn}`",
-            function=fn,
-        )
-    if kind == "compare" and overlay.ops is None:
-        raise CallError(
-            f"graph: this compare of `{fn}` went output by output only, so it says nothing of "
-            f"the nodes ({overlay.why_not_op_by_op})",
-            function=fn,
-        )
-
-
-@dataclass
-class _Marks:
-    """What an overlay says: marks by binding and by launch, and the names it has that the
-    function does not (made before the function changed)."""
-
-    verdict: str
-    bindings: dict[str, Mark] = field(default_factory=dict)
-    launches: dict[str, Mark] = field(default_factory=dict)
-    unknown: list[str] = field(default_factory=list)
-
-
-def _overlaid(made: Graph, overlay, launches: list[_Launch], bindings: set[str]) -> Graph:
+# -- an overlay's marks on the nodes ----------------------------------------------------
+def _overlaid(made: Graph, overlay, launches: list[Launch], bindings: set[str]) -> Graph:
     """`made` with the marks of `overlay`, checked to name only `bindings` of the function (and
     launches it has)."""
-    kind = _kind(overlay)
-    marks = _MARKS[kind](overlay, launches)
+    kind = overlay_kind(overlay)
+    marks = marks_of(overlay, launches)
     stale = marks.unknown + [b for b in marks.bindings if b not in bindings]
     if stale:
         raise CallError(
@@ -420,7 +345,7 @@ def _overlaid(made: Graph, overlay, launches: list[_Launch], bindings: set[str])
     return replace(made, nodes=nodes, overlay=kind, verdict=marks.verdict)
 
 
-def _marked(node: Node, marks: _Marks, values: Mapping) -> Node:
+def _marked(node: Node, marks: Marks, values: Mapping) -> Node:
     """`node` with its mark: a launch's own, else the worst of its bindings'."""
     mark = marks.launches.get(node.key)
     if mark is None:
@@ -431,72 +356,3 @@ def _marked(node: Node, marks: _Marks, values: Mapping) -> Node:
     shown = next((b for b in reversed(node.bindings) if b in values), None)
     text = summary(values[shown]) if shown is not None else ""
     return replace(node, mark=mark, values=text)
-
-
-def _compare_marks(comparison: Comparison, launches) -> _Marks:
-    first = comparison.first_divergence
-    marks = {c.binding: _difference_mark(c.diff, c is first) for c in comparison.ops}
-    return _Marks(comparison.verdict(), marks)
-
-
-def _kernel_compare_marks(comparison: KernelComparison, launches) -> _Marks:
-    """A launch's mark on the launch and on each binding fused into it."""
-    first = comparison.first_divergence
-    marks = _Marks(comparison.verdict())
-    seen: dict[str, int] = {}
-    for check in comparison.checks:
-        k = seen[check.callee] = seen.get(check.callee, -1) + 1
-        mark = _difference_mark(check.diff, check is first)
-        marks.launches[f"{check.callee}#{k}"] = mark
-        marks.bindings.update(dict.fromkeys(check.bindings, mark))
-    return marks
-
-
-def _difference_mark(diff: Difference | None, first: bool) -> Mark:
-    if diff is None:
-        return Mark(NOT_COMPARED, "no reference value")
-    if diff.passed:  # an error beyond its own rounding passes when its inputs carried it
-        shown = error_cells(diff)[0]
-        return Mark(PASS, shown if diff.within_rounding else f"pass · {shown}", first=first)
-    note = f" ({diff.note})" if diff.note else ""
-    return Mark(FAIL, f"FAIL {short_number(diff.max_abs)}{note}", first=first)
-
-
-def _profile_marks(profile: Profile, launches: list[_Launch]) -> _Marks:
-    """Each launch's time: its kernel's per call, and its share of the run split over the
-    kernel's calls; on the launch and on the bindings fused into it."""
-    rows = {row.kernel: row for row in profile.kernels}
-    marks = _Marks(profile.summary())
-    marks.unknown = sorted(set(rows) - {launch.name for launch in launches})
-    for launch in launches:
-        row = rows.get(launch.name)
-        if row is None or not row.calls:
-            continue
-        share = row.share / row.calls
-        mark = Mark(TIME, f"{duration(row.mean)} · {100 * share:.1f}%", heat=share)
-        marks.launches[launch.key] = mark
-        marks.bindings.update(dict.fromkeys(launch.bindings, mark))
-    return marks
-
-
-def _trace_marks(trace: Trace, launches) -> _Marks:
-    stopped = trace.stopped.binding if trace.stopped is not None else None
-    marks = _Marks(trace.title())
-    for traced in trace.intermediates:
-        value = traced.value
-        if not value.dtype.is_floating_point:
-            continue
-        if bool(value.isfinite().all()):
-            marks.bindings[traced.name] = Mark(FINITE, "")
-        else:
-            text = nonfinite_count(value)
-            marks.bindings[traced.name] = Mark(NONFINITE, text, first=traced.name == stopped)
-    return marks
-
-
-_MARKS: dict[str, Callable] = {
-    "compare": _compare_marks,
-    "compare by kernel": _kernel_compare_marks,
-    "profile": _profile_marks,
-    "trace": _trace_marks,
-}
