@@ -1,8 +1,8 @@
 """What an overlay says of each node of `NAME.graph`: a `Mark`, from what `compare` (by binding
 or by kernel), `profile` or `trace` returned.
 
-- a compare: each binding's (or launch's) verdict, `≤ rounding`, `pass · 0.278` (an error its
-  inputs carried), `FAIL 0.52`, or `no reference value`; the first divergence marked `first`;
+- a compare: each binding's (or launch's) verdict: `exact`, `≤ rounding`, `pass · error from
+  its inputs`, `FAIL 0.52`, or `no reference value`; the first divergence marked `first`;
 - a profile: each launch's time per call and its share of the run, on the launch and on the
   bindings fused into it (`heat`, for the colour);
 - a trace: whether each binding's value is finite, `3 nan` where it is not; where a trace
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...errors import CallError
-from .comparing import Comparison, Difference, error_cells, short_number
+from .comparing import WITHIN_ROUNDING, Comparison, Difference, short_number
 from .kernel_compare import KernelComparison
 from .profiling import Profile
 from .timing import duration
@@ -131,11 +131,14 @@ def _kernel_compare_marks(comparison: KernelComparison, launches) -> Marks:
 
 
 def _difference_mark(diff: Difference | None, first: bool) -> Mark:
+    """A verdict in a few words. A pass shows no digits: an error within rounding, or one its
+    inputs carried, has last bits that differ from one CPU to the next (and a saved notebook's
+    picture must not)."""
     if diff is None:
         return Mark(NOT_COMPARED, "no reference value")
-    if diff.passed:  # an error beyond its own rounding passes when its inputs carried it
-        shown = error_cells(diff)[0]
-        return Mark(PASS, shown if diff.within_rounding else f"pass · {shown}", first=first)
+    if diff.passed:  # `exact`: an integer's (a float's error of 0 is within its rounding)
+        exact = "exact" if diff.max_abs == 0 else "pass · error from its inputs"
+        return Mark(PASS, WITHIN_ROUNDING if diff.within_rounding else exact, first=first)
     note = f" ({diff.note})" if diff.note else ""
     return Mark(FAIL, f"FAIL {short_number(diff.max_abs)}{note}", first=first)
 
