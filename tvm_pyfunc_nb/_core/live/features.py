@@ -20,6 +20,7 @@ from ..inspect import (
     timing,
     tracing,
 )
+from ..inspect import graph as dataflow
 from ..module_parts import ModuleParts
 from . import script_text
 from .cells import RELAX
@@ -114,3 +115,10 @@ class Features:
         pyfuncs; the VM's own work apart): a table slowest first, with the bindings and PyTorch
         ops fused into each and where they came from."""
         return profiling.profile(self._parts, fn, args, number, repeat)
+
+    def graph(self, fn: str, overlay=None, *, by: str = "binding") -> dataflow.Graph:
+        """Relax function `fn` as a dataflow graph, drawn in a notebook in groups by `nn.Module`
+        that fold: a node per binding, or per kernel launch of the compiled function
+        (`by="kernel"`). `overlay=` what `compare`, `profile` or `trace` returned for `fn`
+        colours the nodes by error, time or non-finite values."""
+        return dataflow.graph(self._parts, fn, overlay, by)

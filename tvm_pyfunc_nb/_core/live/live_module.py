@@ -14,8 +14,8 @@ them to each feature as one `ModuleParts` (module_parts.py), and delegates:
   call needs) and the `CallTable` (call_table.py: the fast callables and the
   latest call of each function), whose resolver it is;
 - features, each a function of the parts in its own module (features.py:
-  `trace`, `compare`, `time`, `profile`, `lowered`/`kernels`/`source`,
-  `export`, `script`/`edit_text`...), and `schedule`/`tune` (tuning/), whose
+  `trace`, `compare`, `time`, `profile`, `graph`, `lowered`/`kernels`/
+  `source`, `export`, `script`/`edit_text`...), and `schedule`/`tune` (tuning/), whose
   result it commits.
 
 What it owns itself is the one rule that ties the parts together, `_commit`:
