@@ -31,10 +31,11 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core.build import build
+from tvm_pyfunc_nb._core.build import builder
 from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
 from tvm_pyfunc_nb._core.inspect import lowered_views
 from tvm_pyfunc_nb.errors import native_stderr_without
+from tvm_pyfunc_nb.testing import parts_of
 
 # -- cells -----------------------------------------------------------------------------------------
 MATMUL = """
@@ -164,7 +165,7 @@ def test_pipeline_default_is_exactly_what_tvm_compile_builds(shell):
     lowered = plain.lowered("mlp")
     assert "T.parallel" not in lowered and "T.vectorized" not in lowered
     assert "tirx.is_scheduled" not in lowered
-    executable = tvm.compile(plain.ir_mod, target=plain._parts.target)
+    executable = tvm.compile(plain.ir_mod, target=parts_of(plain).target)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     theirs = torch.from_dlpack(vm["mlp"](*[tvm.runtime.from_dlpack(a) for a in MLP_ARGS]))
     assert torch.equal(plain.mlp(*MLP_ARGS), theirs)
@@ -583,7 +584,7 @@ def test_a_cuda_module_keeps_tvms_cuda_version_warning_out_of_the_notebook(shell
     detect the CUDA version (and takes sm_50): neither the cells nor the views of a CUDA module
     show it, while what else TVM writes to stderr meanwhile still shows."""
     tvm.target.Target("cuda")
-    assert build.NO_CUDA_VERSION in capfd.readouterr().err  # what TVM says by itself here
+    assert builder.NO_CUDA_VERSION in capfd.readouterr().err  # what TVM says by itself here
 
     shell.cell("gpu", MLP + MM64, options=CUDA)
     gpu = shell.ns["gpu"]
@@ -594,8 +595,8 @@ def test_a_cuda_module_keeps_tvms_cuda_version_warning_out_of_the_notebook(shell
     said = capfd.readouterr()
     assert "CUDA version" not in said.err + said.out, said
 
-    with native_stderr_without(build.NO_CUDA_VERSION):
-        os.write(2, f"[00:00:00] codegen.cc:1: Warning: {build.NO_CUDA_VERSION}\n".encode())
+    with native_stderr_without(builder.NO_CUDA_VERSION):
+        os.write(2, f"[00:00:00] codegen.cc:1: Warning: {builder.NO_CUDA_VERSION}\n".encode())
         os.write(2, b"something else TVM says\n")
     assert capfd.readouterr().err == "something else TVM says\n"
 

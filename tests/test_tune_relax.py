@@ -21,9 +21,10 @@ from IPython.utils.capture import capture_output
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
+from tvm_pyfunc_nb._core.build.tuning_records import tuning_target
 from tvm_pyfunc_nb._core.tuning.entry import unscheduled
-from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
 from tvm_pyfunc_nb._core.tuning.relax_kernels import kernel_tasks
+from tvm_pyfunc_nb.testing import parts_of
 
 MATMUL = """
 @R.function
@@ -126,7 +127,7 @@ def test_tune_keeps_the_schedule_a_kernel_had_when_its_best_record_is_slower(cac
     keep = shell.ns["keep"]
     x, y = torch.randn(128, 128), torch.randn(128, 128)
     untuned = keep.lowered("rmm")
-    parts = keep._parts
+    parts = parts_of(keep)
     (task,) = kernel_tasks(unscheduled(parts, "rmm", link_first=False), "rmm")
     slow = tvm.s_tir.Schedule(task.workload)  # the loops column first: far slower, not faster
     i, j, k = slow.get_loops(slow.get_sblock("matmul"))
@@ -237,3 +238,21 @@ def test_a_kernel_that_gathers_is_measured_on_indices_inside_its_buffer():
     measurer = measuring.local_measurer(tvm.target.Target("llvm"))
     (seconds,) = measurer.times([tvm.IRModule({"main": _gather})])
     assert seconds is not None and seconds > 0
+
+
+def test_a_build_applies_its_kernel_schedules_only_to_the_functions_given_them():
+    """What `schedule("fn", "dlight")` and `tune` leave for the build (build/kernel_schedules.py):
+    nothing tuned, nothing asked, the pipeline's kernels stay as they are."""
+    from tvm_pyfunc_nb import LiveModule
+    from tvm_pyfunc_nb._core.build.kernel_schedules import is_scheduled
+
+    live = LiveModule("gpu", target="cuda", device="cuda", pipeline="zero")
+    live.run_cell(MLP)
+    build = parts_of(live).build
+    lowered = build.lower(live.ir_mod, scheduled=False)
+    assert build.schedules.apply(lowered) is lowered and build.schedules.database() is None
+    build.schedules.dlight.add("mlp")
+    scheduled = build.schedules.apply(lowered)
+    kernels = [gv.name_hint for gv, f in scheduled.functions_items() if is_scheduled(f)]
+    assert len(kernels) == 2 and not any(is_scheduled(lowered[k]) for k in kernels)  # a copy
+    live.close()

@@ -170,7 +170,7 @@ def matmul_schedule_of(func, unit: VectorUnit) -> s_tir.Schedule | None:
     vector = _vector(axes.width, unit.lanes)
     vector_dim = axes.dims[id(axes.cols)]
     row_dims = [axes.dims.get(id(loop)) for loop in axes.rows]
-    rows, (height, vectors) = _row_tile(sch, axes.rows, axes.width // vector, unit)
+    rows, (_, vectors) = _row_tile(sch, axes.rows, axes.width // vector, unit)
     col_tiles, col_vectors, lane = sch.split(axes.cols, [None, vectors, vector])
     # a column of tiles in a row: the slice of B they read stays in cache from one to the next
     sch.reorder(*axes.outer, col_tiles, *rows.tiles, *axes.depth, *rows.inner, col_vectors, lane)
@@ -207,8 +207,9 @@ class _Rows:
 def _row_tile(sch: s_tir.Schedule, rows: list, vectors: int, unit: VectorUnit):
     """The row loops split into tiles and what a tile holds, and (rows, vectors) of a tile: the
     most accumulators that fit in the registers with room to spare, the cheapest loads per
-    multiply-add among equals (a vector of B costs `VECTOR_LOAD_COST` broadcasts). A tile takes rows of the innermost row loop, and all of it and
-    rows of the next one out when it is short (a convolution's row of a small image)."""
+    multiply-add among equals (a vector of B costs `VECTOR_LOAD_COST` broadcasts). A tile takes
+    rows of the innermost row loop, and all of it and rows of the next one out when it is short
+    (a convolution's row of a small image)."""
     extents = [_extent(sch, loop) for loop in rows]
     budget = unit.registers - SPARE_REGISTERS
     if not rows:
@@ -322,7 +323,7 @@ def _channels_as_rows(stmt, by_var: dict, out_last, lanes: int) -> bool:
     pixels) its tile is pixels × vectors of output channels, read one input value at a time."""
     if not (isinstance(out_last, tirx.Var) and out_last in by_var):
         return False
-    loop, trait = by_var[out_last]
+    trait = by_var[out_last][1]
     if trait.kind != IterKind.kIter_I or not _static(trait) or trait.extent.value % lanes:
         return False
     return _reads_one_to_one(stmt.reads[0], out_last)

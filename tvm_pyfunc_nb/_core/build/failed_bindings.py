@@ -32,9 +32,7 @@ def kernel_binding(mod: tvm.IRModule, kernel: str, target, site_of=None) -> tupl
     return _find(mod, target, lambda value: _calls_kernel(value, kernel), site_of)
 
 
-def failing_binding(
-    mod: tvm.IRModule, function: str, bindings, target, site_of=None
-) -> str | None:
+def failing_binding(mod: tvm.IRModule, function: str, bindings, target, site_of=None) -> str | None:
     """The description of the first of `bindings` (of Relax function `function`, fused into one
     kernel that does not compile) whose op alone, legalized, does not compile for `target`
     either: the op a fused kernel's failure comes from."""

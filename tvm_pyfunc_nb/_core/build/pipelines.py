@@ -99,7 +99,8 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         """The module's own PrimFuncs opaque to fusion: a kernel written in a cell keeps the
         loops its author wrote (and TVM 0.27's FuseTIR fails on some: "Inconsistent buffers")."""
         own.update((gv.name_hint, f) for gv, f in mod.functions_items() if _kernel(f))
-        return _with_functions(mod, {name: f.with_attr("op_pattern", OPAQUE) for name, f in own.items()})
+        opaque = {name: f.with_attr("op_pattern", OPAQUE) for name, f in own.items()}
+        return _with_functions(mod, opaque)
 
     @tvm.transform.module_pass(opt_level=0, name="OwnKernelsAsWritten")
     def as_written(mod: tvm.IRModule, _ctx) -> tvm.IRModule:

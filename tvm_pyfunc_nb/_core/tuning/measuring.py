@@ -26,20 +26,12 @@ import tvm_ffi
 
 from ...errors import last_reason
 from ..build.library_files import write_library
+from ..build.tuning_records import WORKLOAD, tuning_target
 from ..run.thread_pool import match_torch_threads
-from .schedules import WORKLOAD
 
 # Each time `tune` reports or compares is the best of this many runs, taken in turns when
 # two schedules of one kernel are compared (a busy moment of the machine falls on both)
 ROUNDS = 3
-
-
-def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
-    """MetaSchedule needs the number of cores of a CPU target."""
-    config = dict(target.export())
-    if target.kind.name == "llvm" and "num-cores" not in config:
-        config["num-cores"] = os.cpu_count() or 1
-    return tvm.target.Target(config)
 
 
 @dataclass

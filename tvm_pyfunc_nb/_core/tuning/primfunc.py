@@ -2,8 +2,8 @@
 
 Each candidate is built and run here or on the remote device (measuring.py), every measured
 trial goes to a progress reporter, and the records go to the module's tuning records
-(records.py), so running it again with the trials already measured applies the best one
-without tuning again. The best candidate is then timed against the kernel as its cell wrote
+(build/tuning_records.py), so running it again with the trials already measured applies the
+best one without tuning again. The best candidate is then timed against the kernel as its cell wrote
 it, in turns, the same way: the faster one is the result (tune never makes a kernel slower).
 The result is a PrimFunc; entry.py makes it a contribution of its own that replaces the kernel
 until the kernel's cell runs again.
@@ -18,11 +18,10 @@ import tvm
 
 from ...errors import ScheduleError, last_reason
 from ..build import trust
+from ..build.tuning_records import IN_MEMORY, WORKLOAD, TuningRecords, kept_trials
 from ..front_end_port import Progress
 from .measuring import Measurer, import_tensor_intrinsics, quiet
-from .records import IN_MEMORY, TuningRecords, kept_trials
 from .report import KEPT, TUNED, KernelRow, TuningReport, milliseconds
-from .schedules import WORKLOAD
 
 DEFAULT_TRIALS = 32
 

@@ -26,10 +26,12 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
-from ..build import trust
-from ..build.disk_cache import code_target
-from .schedules import WORKLOAD
+from . import trust
+from .disk_cache import code_target
 
+# the kernel's name inside a schedule or a MetaSchedule workload, so that block lookups need no
+# func_name
+WORKLOAD = "main"
 # what a MetaSchedule JSON database reads back from its directory
 RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 RECORDS = RECORD_FILES[1]
@@ -142,3 +144,11 @@ def write_choices(directory: Path, choices: dict[str, Choice]) -> None:
     rows = {key: [c.tuned, c.before, c.after] for key, c in choices.items()}
     trust.write_private(fresh, json.dumps(rows, sort_keys=True).encode())
     os.replace(fresh, path)
+
+
+def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
+    """MetaSchedule needs the number of cores of a CPU target."""
+    config = dict(target.export())
+    if target.kind.name == "llvm" and "num-cores" not in config:
+        config["num-cores"] = os.cpu_count() or 1
+    return tvm.target.Target(config)
