@@ -26,7 +26,13 @@ import torch
 from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, MLP, RELAX_CALLS_BOTH, SCALE_PYFUNC
 from tvm.rpc import base
 
-from tvm_pyfunc_nb import CallError, IllFormedModuleError, LiveModule, TVMModuleError
+from tvm_pyfunc_nb import (
+    CallError,
+    IllFormedModuleError,
+    LiveModule,
+    ScheduleError,
+    TVMModuleError,
+)
 from tvm_pyfunc_nb._core.run import rpc_connection
 from tvm_pyfunc_nb.testing import LocalRPC
 
@@ -344,6 +350,19 @@ def test_tune_measures_on_every_server_a_tracker_has_and_keeps_those_records_apa
     local = shell.ns["demo"].tune("rmm", trials=2)
     assert local.measured_on == "here" and local.trials_run == 2, local
     assert remote_where.name.endswith("-remote") and Path(local.where) != remote_where
+
+
+def test_tune_through_a_tracker_that_does_not_answer_is_a_schedule_error_in_bounded_time():
+    from tvm_pyfunc_nb.testing import free_port
+
+    live = LiveModule("lost", rpc=f"tracker=127.0.0.1:{free_port()}/board", rpc_timeout=2)
+    live.run_cell(RMM)
+    started = time.monotonic()
+    with pytest.raises(ScheduleError) as caught:
+        live.tune("rmm", trials=2)
+    assert caught.value.function == "rmm" and "cannot reach" in str(caught.value), caught.value
+    assert time.monotonic() - started < 30
+    live.close()
 
 
 def test_tune_measures_on_the_server_of_a_module_with_rpc(shell, server):

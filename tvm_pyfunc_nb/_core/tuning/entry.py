@@ -106,7 +106,14 @@ def measurer_for(parts: ModuleParts, fn: str) -> Measurer:
     can run them (a GPU target without `--rpc`, a CPU this one is not)."""
     build, target = parts.build, parts.options.target
     if parts.options.rpc:
-        return remote_measurer(parts.options.rpc, build.target, parts.options)
+        try:
+            return remote_measurer(parts.options.rpc, build.target, parts.options)
+        except Exception as err:  # MetaSchedule's RPC runner and TVM's tracker client raise many
+            raise ScheduleError(
+                f"tune measures on the device of --rpc {parts.options.rpc}, which it cannot "
+                f"reach: {last_reason(err)}",
+                function=fn,
+            ) from err
     if build.target.kind.name != "llvm":
         why = f" (this one: --target {target}; give --rpc a device that runs it)"
     elif build.cannot_run_here:

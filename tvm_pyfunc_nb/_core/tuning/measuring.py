@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -107,6 +108,9 @@ def remote_measurer(address: str, target: tvm.target.Target, options) -> Measure
 
     where = Address.parse(address)
     timeout = max(1, int(options.rpc_timeout))
+    # a knock first: TVM's tracker client retries a refused port for a minute, in a thread that
+    # outlives the timeout MetaSchedule gives it
+    socket.create_connection((where.host, where.port), timeout=timeout).close()
     if where.key is None:  # one server: MetaSchedule's runner asks a tracker; this connects
         config = RPCConfig(where.host, where.port, DIRECT, session_timeout_sec=timeout)
         servers, create = 1, direct_session
