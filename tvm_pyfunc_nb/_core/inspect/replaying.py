@@ -30,7 +30,8 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 from ..live.cells import PYFUNC
 from ..live.relax_rewrite import relax_closure, sub_module
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
+from .tracing import printed_names
 
 
 @dataclass(frozen=True)
@@ -48,30 +49,31 @@ def replay_of(func: relax.Function, known: Mapping[str, torch.Tensor]) -> Replay
     """The `Replay` of `func` where each variable named in `known` (of the same shape and
     dtype) is read as that value."""
     plain = relax.transform.ToNonDataflow()(tvm.IRModule({"f": func}))["f"]
+    bindings = [b for block in plain.body.blocks for b in block.bindings]
+    names = dict(zip((b.var for b in bindings), printed_names(bindings), strict=True))
     fed: dict = {}  # variable -> the parameter that holds its reference value
     own: dict = {}  # variable -> the replayed binding (no reference value of its own)
     substitute = _Substitute(lambda var: fed.get(var, own.get(var)))
-    bindings, taps, tapped = [], [], []
-    for block in plain.body.blocks:
-        for binding in block.bindings:
-            for var in _read(binding.value):
-                if var not in fed and _fits(var, known.get(var.name)):
-                    fed[var] = relax.Var(var.name, var.ty)
-            value = substitute.visit_expr(binding.value)
-            var = relax.Var(binding.var.name, binding.var.ty)
-            if isinstance(binding, relax.MatchCast):
-                bindings.append(relax.MatchCast(var, value, binding.ty))
-            else:
-                bindings.append(relax.VarBinding(var, value))
-            own[binding.var] = var
-            if binding.var.name in known and isinstance(binding.var.ty, relax.TensorType):
-                taps.append(binding.var.name)
-                tapped.append(var)
-    params = [p for p in plain.params if p not in fed]
-    body = relax.SeqExpr([relax.BindingBlock(bindings)], relax.Tuple(tapped))
+    rebound, taps, tapped = [], [], []
+    for binding in bindings:
+        for var in _read(binding.value):
+            if var not in fed and var in names and _fits(var, known.get(names[var])):
+                fed[var] = relax.Var(var.name, var.ty)
+        value = substitute.visit_expr(binding.value)
+        var = relax.Var(binding.var.name, binding.var.ty)
+        if isinstance(binding, relax.MatchCast):
+            rebound.append(relax.MatchCast(var, value, binding.ty))
+        else:
+            rebound.append(relax.VarBinding(var, value))
+        own[binding.var] = var
+        if names[binding.var] in known and isinstance(binding.var.ty, relax.TensorType):
+            taps.append(names[binding.var])
+            tapped.append(var)
+    body = relax.SeqExpr([relax.BindingBlock(rebound)], relax.Tuple(tapped))
     body = relax.BlockBuilder().normalize(body)
-    copy = relax.Function([*params, *fed.values()], body, None, plain.is_pure, plain.attrs)
-    return Replay(copy, [v.name for v in fed], taps)
+    params = [*plain.params, *fed.values()]
+    copy = relax.Function(params, body, None, plain.is_pure, plain.attrs)
+    return Replay(copy, [names[v] for v in fed], taps)
 
 
 def _read(value) -> list:
@@ -130,9 +132,8 @@ def replayed(
     )
     compiler = parts.compiler
     linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: comparing again is free
-    fed = [known[name].clone() for name in replay.fed]
-    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    fed = own_copies(tuple(known[name] for name in replay.fed))
     values = parts.runner.run_relax(
-        fn, linked, replace(entry, func=replay.func), (*copies, *fed)
+        fn, linked, replace(entry, func=replay.func), (*own_copies(args), *fed)
     )
     return {name: to_torch(v) for name, v in zip(replay.taps, values, strict=True)}

@@ -51,14 +51,21 @@ def tapped(func: relax.Function) -> tuple[relax.Function, list[Tap]]:
     )
     body = relax.BlockBuilder().normalize(body)
     copy = relax.Function(plain.params, body, None, plain.is_pure, plain.attrs)
-    taps, seen = [], set()
+    names = printed_names(bindings)
+    return copy, [Tap(name, op_of(b.value)) for name, b in zip(names, bindings, strict=True)]
+
+
+def printed_names(bindings: list) -> list[str]:
+    """Each binding's name as TVM's printer shows it: a name used twice (a nested call a cell
+    wrote, `lv = R.multiply(R.add(x, x), c)`) gets `_1`, `_2`... the second time."""
+    names, seen = [], set()
     for binding in bindings:
         name, k = binding.var.name, 1
-        while name in seen:  # as TVM's printer shows a name used twice
+        while name in seen:
             name, k = f"{binding.var.name}_{k}", k + 1
         seen.add(name)
-        taps.append(Tap(name, op_of(binding.value)))
-    return copy, taps
+        names.append(name)
+    return names
 
 
 def op_of(value) -> str:
