@@ -471,14 +471,12 @@ def compared_outputs(
     origin = parts.torch_origins.get(fn)
     from_it = origin is not None and origin.is_from(reference)
     ours, theirs = own_copies(args), own_copies(args)
+    actual = parts.function(fn)(*ours)  # compiles if needed, and checks the arguments
     with torch.no_grad():
         expected = (origin.model if from_it else runnable(reference))(*theirs)
-    actual = parts.function(fn)(*ours)
     precise = origin.outputs_in_float64(own_copies(args)) if from_it else None
     names, outputs = output_differences(actual, expected, rtol, atol, precise)
     entry = parts.entry(fn)
     params = [p.name for p in entry.func.params] if entry.kind == RELAX else []
     written = written_differences(args, ours, theirs, params, rtol, atol)
-    return Comparison(
-        parts.name, fn, rtol, atol, outputs, output_names=names, written=written
-    )
+    return Comparison(parts.name, fn, rtol, atol, outputs, output_names=names, written=written)

@@ -96,10 +96,13 @@ def _fits(var, value) -> bool:
     shape = getattr(ty, "shape", None)
     if shape is None or not isinstance(shape, relax.ShapeExpr):
         return True
-    return all(
-        not isinstance(d, tvm.tirx.IntImm) or int(d) == n
-        for d, n in zip(shape.values, value.shape, strict=False)
-    ) and len(shape.values) == value.dim()
+    return (
+        all(
+            not isinstance(d, tvm.tirx.IntImm) or int(d) == n
+            for d, n in zip(shape.values, value.shape, strict=False)
+        )
+        and len(shape.values) == value.dim()
+    )
 
 
 @mutator

@@ -22,7 +22,7 @@ from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import relax_closure, sub_module
 from ..models.source_sites import SourceSite
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 
 STOPS = ("nonfinite",)  # what `trace(..., stop_at=)` can stop at
@@ -278,8 +278,9 @@ def _dtype(value: torch.Tensor) -> str:
 def trace(
     parts: ModuleParts, fn: str, args: tuple, build=None, stop_at: str | None = None
 ) -> Trace:
-    """Run Relax function `fn` once on `args`, every intermediate kept by binding (compiled by
-    `build`, the module's own by default); `stop_at="nonfinite"` keeps them up to the first
+    """Run Relax function `fn` once on copies of `args` (a function that writes into its inputs
+    leaves the caller's be), every intermediate kept by binding (compiled by `build`, the
+    module's own by default); `stop_at="nonfinite"` keeps them up to the first
     binding that makes nan or inf from finite inputs."""
     if stop_at is not None and stop_at not in STOPS:
         raise CallError(
@@ -298,7 +299,7 @@ def trace(
     compiler = parts.compiler
     build = build or compiler.build
     linked = build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
-    output, values = parts.runner.run_relax(fn, linked, entry, args)
+    output, values = parts.runner.run_relax(fn, linked, entry, own_copies(args))
     origin = parts.torch_origins.get(fn)
     where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
     traced = Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})

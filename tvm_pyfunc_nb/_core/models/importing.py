@@ -48,6 +48,7 @@ from ..live.contributions import (
 from ..live.pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
 from .dynamic_shapes import bounded_slices, check_known_shapes
 from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
+from .input_writes import with_input_writes, written_inputs
 from .model_repairs import repair_imported
 from .source_sites import SourceSite, site_of
 from .torch_fallback import fallbacks, install, pyfunc_externs
@@ -254,6 +255,8 @@ class TorchOrigin:
 
         class InFloat64(torch.fx.Interpreter):
             def run_node(self, node):
+                if str(node.target).startswith("aten._assert"):  # "a float32 tensor here"
+                    return None
                 return pytree.tree_map(wider, super().run_node(node))
 
         with torch.no_grad():
@@ -339,7 +342,7 @@ def import_torch(
     check_known_shapes(func, exported, type(model).__name__)
     before_binding_params = importer.block_builder.get()["main"]
     bindings = _binding_nodes(func, translated.first)
-    func = with_input_writes(func, _written_inputs(exported, translated))
+    func = with_input_writes(func, written_inputs(exported, translated))
     is_program = isinstance(model, torch.export.ExportedProgram)
     origin = TorchOrigin(
         model.module() if is_program else model,
@@ -385,52 +388,6 @@ def _exported(model: Any, example_args: Any, dynamic_shapes: Any):
             return program.run_decompositions()  # as from_exported_program does
     except Exception as err:  # torch raises many types for a model it cannot export
         raise export_failure(model, err) from err
-
-
-# The runtime's own copy between tensors: a write into an input is a call of it, which plain
-# TVM runs too (export(), a library), and which no pass removes (it is not pure).
-COPY_INTO = "runtime.TVMTensorCopyFromTo"
-
-
-def _written_inputs(exported, translated: Mapping[Any, Any]) -> list[tuple[str, Any]]:
-    """`(input, its new value)` for each input the model writes into (`x.add_(1)`, `x[:, 0] =
-    0`): torch.export's `user_inputs_to_mutate`, as Relax values."""
-    from torch.export.graph_signature import OutputKind
-
-    output = next(n for n in exported.graph.nodes if n.op == "output")
-    specs = exported.graph_signature.output_specs
-    return [
-        (spec.target, translated[node])
-        for node, spec in zip(output.args[0], specs, strict=True)
-        if spec.kind == OutputKind.USER_INPUT_MUTATION
-    ]
-
-
-def with_input_writes(func: relax.Function, writes: list[tuple[str, Any]]) -> relax.Function:
-    """`func` writing, after everything else, each value of `writes` into the input it names,
-    as PyTorch does: `x_written = lv3` leaves the dataflow block, and
-    `R.call_packed("runtime.TVMTensorCopyFromTo", x_written, x)` copies it into the caller's
-    tensor (the function is then impure: no pass drops the write)."""
-    if not writes:
-        return func
-    params = {p.name: p for p in func.params}
-    blocks = list(func.body.blocks)
-    out, copies = [], []
-    for target, value in writes:
-        written = relax.Var(f"{target}_written", value.ty)
-        out.append(relax.VarBinding(written, value))
-        call = relax.Call(
-            relax.ExternFunc(COPY_INTO), [written, params[target]], None, [relax.TupleType([])]
-        )
-        copies.append(relax.VarBinding(relax.Var("_", relax.TupleType([])), call))
-    last = blocks[-1]
-    if isinstance(last, relax.DataflowBlock):
-        blocks[-1] = relax.DataflowBlock([*last.bindings, *out])
-    else:
-        blocks[-1] = relax.BindingBlock([*last.bindings, *out])
-    body = relax.SeqExpr([*blocks, relax.BindingBlock(copies)], func.body.body)
-    body = relax.BlockBuilder().normalize(body)
-    return relax.Function(func.params, body, func.ret_ty, False, func.attrs)
 
 
 def translate(importer, exported, name: str, model_name: str, custom_convert_map=None):

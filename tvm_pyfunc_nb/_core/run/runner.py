@@ -22,6 +22,7 @@ from ..build.compiler import Compiler
 from ..live.assembly import Assembly
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
 from ..live.contributions import FunctionEntry
+from ..models.input_writes import writes_inputs
 from .call_errors import refused, unknown_function
 from .call_table import CallTable
 from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
@@ -116,7 +117,7 @@ class LocalRunner(Runner):
         else:
             linked = self.compiler.relax_function(state, name)
             try:
-                function, writes_args = linked.vm(self.device)[name], False
+                function, writes_args = linked.vm(self.device)[name], writes_inputs(entry.func)
             except CallError as err:
                 raise CallError(err.detail, function=name) from err.__cause__
         compiled = tuple(stats.since(mark))
