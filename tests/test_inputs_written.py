@@ -63,12 +63,18 @@ def pytorch(model, *args):
         return model(*args), args
 
 
-@pytest.mark.parametrize("cls", [AddsOne, ZeroesAColumn])
-def test_a_call_writes_into_the_callers_tensor_as_pytorch_does(shell, cls):
+def imported(shell, cls: type) -> tuple:
+    """Module `m` with `cls` imported as `main`, the model, and an input for it."""
     torch.manual_seed(0)
     model, x = cls().eval(), torch.randn(2, 4)
     m = shell.run("%tvmmodule m")
     m.add_torch(model, (x.clone(),))
+    return m, model, x
+
+
+@pytest.mark.parametrize("cls", [AddsOne, ZeroesAColumn])
+def test_a_call_writes_into_the_callers_tensor_as_pytorch_does(shell, cls):
+    m, model, x = imported(shell, cls)
     expected, (written,) = pytorch(model, x)
     mine = x.clone()
     torch.testing.assert_close(m.main(mine), expected)
@@ -88,10 +94,7 @@ def test_a_call_writes_into_the_callers_tensor_as_pytorch_does(shell, cls):
 
 
 def test_compare_trace_time_and_profile_leave_the_callers_tensors_be(shell):
-    torch.manual_seed(0)
-    model, x = AddsOne().eval(), torch.randn(2, 4)
-    m = shell.run("%tvmmodule m")
-    m.add_torch(model, (x.clone(),))
+    m, model, x = imported(shell, AddsOne)
     before = x.clone()
     comparison = m.compare("main", model, x)
     assert comparison.passed and comparison.first_divergence is None, repr(comparison)
@@ -108,10 +111,7 @@ def test_compare_trace_time_and_profile_leave_the_callers_tensors_be(shell):
 
 def test_compare_sees_an_input_the_function_leaves_unwritten(shell):
     """The function was edited to drop its write: its outputs are right, its input is not."""
-    torch.manual_seed(0)
-    model, x = AddsOne().eval(), torch.randn(2, 4)
-    m = shell.run("%tvmmodule m")
-    m.add_torch(model, (x.clone(),))
+    m, model, x = imported(shell, AddsOne)
     text = m.edit_text("main")
     unwritten = "\n".join(line for line in text.splitlines() if COPY_INTO not in line)
     shell.run(unwritten, cell_id="unwritten")
@@ -145,10 +145,7 @@ def test_compare_of_a_model_whose_first_op_works_in_place_agrees_with_the_number
 
 
 def test_bisect_runs_its_reference_on_copies(shell):
-    torch.manual_seed(0)
-    model, x = AddsOne().eval(), torch.randn(2, 4)
-    m = shell.run("%tvmmodule m")
-    m.add_torch(model, (x.clone(),))
+    m, _, x = imported(shell, AddsOne)
     before = x.clone()
     found = m.bisect("main", x)
     assert found.outcome == "same", found.verdict()

@@ -82,13 +82,19 @@ def module(name: str, target: str | None = None, offload: str | None = None) -> 
     return LiveModule(name, **options, **({"offload": offload} if offload else {}))
 
 
-def assert_no_flag(live: LiveModule, model, *args) -> None:
-    """Both verdicts on a correct model: it matches, and no op and no kernel diverges."""
-    for by in ("binding", "kernel"):
-        comparison = live.compare("main", model, *args, by=by)
-        assert comparison.passed and comparison.first_divergence is None, repr(comparison)
-        assert comparison.verdict().startswith("main matches"), comparison.verdict()
-    assert comparison.checks and any(c.diff is not None for c in comparison.checks)
+def assert_no_flag(model, args: tuple, target: str | None = None, offload=None) -> None:
+    """Both verdicts on a correct model imported under `target` and `offload`: it matches, and
+    no op and no kernel diverges."""
+    live = module(type(model).__name__.lower(), target, offload)
+    try:
+        live.add_torch(model, args)
+        for by in ("binding", "kernel"):
+            comparison = live.compare("main", model, *args, by=by)
+            assert comparison.passed and comparison.first_divergence is None, repr(comparison)
+            assert comparison.verdict().startswith("main matches"), comparison.verdict()
+        assert comparison.checks and any(c.diff is not None for c in comparison.checks)
+    finally:
+        live.close()
 
 
 def binding_of(live: LiveModule, path: str, op: str) -> str:
@@ -134,12 +140,7 @@ def assert_flagged_at(live: LiveModule, model, args: tuple, binding: str) -> Non
 # -- the fast slice --------------------------------------------------------------------------
 def test_a_deep_conv_bn_chain_that_is_right_shows_no_divergence():
     model, x = deep_chain()
-    live = module("chain")
-    try:
-        live.add_torch(model, (x,))
-        assert_no_flag(live, model, x)
-    finally:
-        live.close()
+    assert_no_flag(model, (x,))
 
 
 def test_a_conv_weight_off_by_one_part_in_a_thousand_is_flagged_at_its_conv_alone(shell):
@@ -176,12 +177,7 @@ def test_an_error_planted_in_one_op_of_bert_is_flagged_at_that_op_and_not_before
 @pytest.mark.parametrize("name", ZOO)
 def test_a_correct_model_of_the_corpus_shows_no_divergence(name, target, offload):
     model, args = ZOO[name].build()
-    live = module(name, target, offload)
-    try:
-        live.add_torch(model, args)
-        assert_no_flag(live, model, *args)
-    finally:
-        live.close()
+    assert_no_flag(model, args, target, offload)
 
 
 @broad
@@ -191,12 +187,7 @@ def test_a_correct_resnet18_shows_no_divergence(target):
     """It was flagged at `layer3.1.bn1` on an AVX-512 CPU: 14 convolutions of inherited rounding
     against a tolerance of the batch norm's own."""
     model, x = resnet18()
-    live = module("resnet18", target)
-    try:
-        live.add_torch(model, (x,))
-        assert_no_flag(live, model, x)
-    finally:
-        live.close()
+    assert_no_flag(model, (x,), target)
 
 
 @broad
@@ -204,12 +195,7 @@ def test_a_correct_resnet18_shows_no_divergence(target):
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_deep_conv_bn_chain_that_is_right_shows_no_divergence_on_either_cpu(target):
     model, x = deep_chain()
-    live = module("chain", target)
-    try:
-        live.add_torch(model, (x,))
-        assert_no_flag(live, model, x)
-    finally:
-        live.close()
+    assert_no_flag(model, (x,), target)
 
 
 PLANTS = {

@@ -46,7 +46,7 @@ import torch
 from torch.utils import _pytree as pytree
 from tvm import relax
 
-from ..live.cells import RELAX
+from ..live.cells import PRIMFUNC, RELAX
 from ..models.importing import NodeRef, TorchOrigin, runnable
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies
@@ -476,7 +476,8 @@ def compared_outputs(
         expected = (origin.model if from_it else runnable(reference))(*theirs)
     precise = origin.outputs_in_float64(own_copies(args)) if from_it else None
     names, outputs = output_differences(actual, expected, rtol, atol, precise)
-    entry = parts.entry(fn)
-    params = [p.name for p in entry.func.params] if entry.kind == RELAX else []
-    written = written_differences(args, ours, theirs, params, rtol, atol)
+    entry, written = parts.entry(fn), []
+    if entry.kind != PRIMFUNC:  # a PrimFunc writes its outputs into its arguments by design
+        params = [p.name for p in entry.func.params] if entry.kind == RELAX else []
+        written = written_differences(args, ours, theirs, params, rtol, atol)
     return Comparison(parts.name, fn, rtol, atol, outputs, output_names=names, written=written)
