@@ -187,9 +187,10 @@ class RemoteRunner(Runner):
             linked = self.compiler.relax_function(state, name)
             remote.vm(linked)
             returns_tuple = isinstance(entry.func.ret_ty, relax.TupleType)
+            writes = writes_inputs(entry.func)
 
             def invoke(args):
-                return remote.call_relax(name, linked, args, returns_tuple)
+                return remote.call_relax(name, linked, args, returns_tuple, writes)
 
         return remote_callable(self.calls, entry, invoke, tuple(stats.since(mark)))
 
