@@ -52,7 +52,7 @@ from ..module_parts import ModuleParts
 from ..run.tensors import own_copies
 from ..tables import text_table
 from .replaying import replayed
-from .tracing import NonFinite, inputs_of, op_of, printed_names, trace
+from .tracing import NonFinite, inputs_of, op_of, trace, unique_names
 
 # Units in the last place one op may be off by on its own (before its reduction's sqrt(n)).
 ROUNDING_ULPS = 8
@@ -369,7 +369,7 @@ def op_checks(
     reductions: dict[str, int] = {}  # binding -> the largest reduction computed for its value
     checks = []
     bindings = [b for block in func.body.blocks for b in block.bindings]
-    for name, binding in zip(printed_names(bindings), bindings, strict=True):
+    for name, binding in zip(unique_names(b.var for b in bindings), bindings, strict=True):
         value = binding.value
         behind = [reductions.get(n, 1) for n in inputs_of(value) if n not in known]
         out = shapes.get(name) or _shape_of(binding.var, shapes) or ()

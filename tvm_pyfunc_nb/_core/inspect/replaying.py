@@ -31,7 +31,7 @@ from ..live.cells import PYFUNC
 from ..live.relax_rewrite import relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies, to_torch
-from .tracing import printed_names
+from .tracing import unique_names
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def replay_of(func: relax.Function, known: Mapping[str, torch.Tensor]) -> Replay
     dtype) is read as that value."""
     plain = relax.transform.ToNonDataflow()(tvm.IRModule({"f": func}))["f"]
     bindings = [b for block in plain.body.blocks for b in block.bindings]
-    names = dict(zip((b.var for b in bindings), printed_names(bindings), strict=True))
+    names = dict(zip((b.var for b in bindings), unique_names(b.var for b in bindings), strict=True))
     fed: dict = {}  # variable -> the parameter that holds its reference value
     own: dict = {}  # variable -> the replayed binding (no reference value of its own)
     substitute = _Substitute(lambda var: fed.get(var, own.get(var)))
