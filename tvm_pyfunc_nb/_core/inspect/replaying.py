@@ -27,11 +27,9 @@ import tvm
 from tvm import relax
 from tvm.relax.expr_functor import PyExprMutator, mutator
 
-from ..live.cells import PYFUNC
-from ..live.relax_rewrite import relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies, to_torch
-from .tracing import unique_names
+from .tracing import linked_copy, unique_names
 
 
 @dataclass(frozen=True)
@@ -126,15 +124,7 @@ def replayed(
     the reference values of what it reads, in one run on `args` (copies are run)."""
     entry = parts.entry(fn)
     replay = replay_of(entry.func, known)
-    state = parts.state
-    names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
-    mod = sub_module(state.ir_mod, names)
-    mod = tvm.IRModule(
-        {gv: replay.func if gv.name_hint == fn else f for gv, f in mod.functions_items()},
-        attrs=mod.attrs,
-    )
-    compiler = parts.compiler
-    linked = compiler.build.link(compiler.bridge.vm_module(mod))  # kept: comparing again is free
+    linked = linked_copy(parts, fn, replay.func)
     fed = own_copies(tuple(known[name] for name in replay.fed))
     values = parts.runner.run_relax(
         fn, linked, replace(entry, func=replay.func), (*own_copies(args), *fed)

@@ -295,16 +295,7 @@ def trace(
         )
     entry = parts.entry(fn, kind=RELAX, needed_by="trace")
     copy, taps = tapped(entry.func)
-    state = parts.state
-    names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
-    mod = sub_module(state.ir_mod, names)
-    mod = tvm.IRModule(
-        {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
-        attrs=mod.attrs,
-    )
-    compiler = parts.compiler
-    build = build or compiler.build
-    linked = build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
+    linked = linked_copy(parts, fn, copy, build)
     output, values = parts.runner.run_relax(fn, linked, entry, own_copies(args))
     origin = parts.torch_origins.get(fn)
     where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
@@ -313,6 +304,20 @@ def trace(
     if stop_at is not None:
         stop(traced, entry.func, args, stop_at)
     return traced
+
+
+def linked_copy(parts: ModuleParts, fn: str, copy: relax.Function, build=None):
+    """The module's Relax function `fn`, and what it calls, linked with `copy` in its place, by
+    `build` (the module's own by default), which keeps it: running it again compiles nothing."""
+    state = parts.state
+    names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
+    mod = sub_module(state.ir_mod, names)
+    mod = tvm.IRModule(
+        {gv: copy if gv.name_hint == fn else f for gv, f in mod.functions_items()},
+        attrs=mod.attrs,
+    )
+    compiler = parts.compiler
+    return (build or compiler.build).link(compiler.bridge.vm_module(mod))
 
 
 def stop(traced: Trace, func: relax.Function, args: tuple, stop_at: str) -> None:
