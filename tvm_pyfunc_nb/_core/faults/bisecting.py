@@ -77,7 +77,7 @@ from ..inspect.comparing import Difference, error_cells, output_differences
 from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 from .isolation import in_worker
 
@@ -467,7 +467,7 @@ def _reference(parts: ModuleParts, fn: str, args: tuple, reference) -> tuple[Any
     else:
         return [to_torch(r) for r in _flat(reference)], "the expected outputs given"
     with torch.no_grad():
-        return reference(*args), described
+        return reference(*own_copies(args)), described
 
 
 def _flat(value) -> list:
