@@ -31,12 +31,11 @@ from ...errors import (
     last_reason,
     native_stderr_silenced,
     native_stderr_without,
-    reason_sentence,
 )
 from .reuse import BuildCache
 from .disk_cache import code_target
 from .stats import CompileStats
-from .failed_bindings import kernel_binding, unlowered_binding
+from .failed_bindings import kernel_binding, lowering_failure
 from .kernel_builds import KernelBuilds, binds_threads, build_here
 from .kernel_sites import KernelSites, Recording, describe_kernel, recording
 from .linking import Built, Linked, called_prim_funcs, link_order, link_vm, prim_funcs, relax_names
@@ -44,6 +43,7 @@ from .offload import NONE, TORCH, check_offload, offload_to_torch
 from ..options import TARGET_ENV, default_target
 from .pipelines import pipeline_for
 from .target_text import check_cpu, target_config
+from ..run.interrupts import sigint_given_back
 from .cpu_schedules import schedule_kernels
 
 
@@ -225,10 +225,7 @@ class Build:
             raise
         except Exception as err:
             self._record("vm", names, start)
-            found = unlowered_binding(mod, err, self.target, self.site_of)
-            if found is None:
-                raise CompileError(f"Relax lowering failed: {reason_sentence(err)}") from err
-            raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
+            raise lowering_failure(mod, err, self.target, self.site_of) from err
         build_start = time.perf_counter()
         called = dict((gv.name_hint, f) for gv, f in called_prim_funcs(lowered, leftover))
         self._refuse_unbound_pipeline_kernels(mod, names, called)
@@ -296,7 +293,7 @@ class Build:
 
     # -- records -------------------------------------------------------------------
     def _compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
-        return self.on_compile(kind, names) if self.on_compile else nullcontext()
+        return sigint_given_back(self.on_compile(kind, names) if self.on_compile else nullcontext())
 
     def _record(self, kind: str, names: Iterable[str], start: float) -> None:
         self.stats.record(kind, names, self.target_name, start)
