@@ -88,17 +88,25 @@ class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 
 
-class LibraryWriteError(TVMModuleError):
-    """A compiled module could not be written as a shared library: the disk is full, a quota or
-    a file size limit was hit, the folder is read-only or gone, or the C compiler failed.
+class FileWriteError(TVMModuleError):
+    """A file for the user (`export`, a repro, a library) could not be written: the disk is
+    full, a quota or a file size limit was hit, the folder is read-only or gone, or a symbolic
+    link stands at the destination. Nothing was written: the destination is as it was.
 
     `errno` is the operating system's error number when a write failed (`errno.ENOSPC`...),
-    else None. The process goes on: the module still runs from memory.
+    else None. The process goes on.
     """
 
     def __init__(self, message: str, *, errno: int | None = None):
         super().__init__(message)
         self.errno = errno
+
+
+class LibraryWriteError(FileWriteError):
+    """A compiled module could not be written as a shared library: the disk is full, a quota or
+    a file size limit was hit, the folder is read-only or gone, or the C compiler failed. The
+    module still runs from memory.
+    """
 
 
 class WorkerCrash(TVMModuleError):

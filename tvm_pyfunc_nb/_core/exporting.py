@@ -30,6 +30,7 @@ from .build.library_files import write_library
 from .live.cells import PRIMFUNC, PYFUNC, RELAX
 from .live.editing import module_text
 from .live.relax_rewrite import py_func_calls, relax_closure, sub_module
+from .user_files import write_whole
 from .module_parts import ModuleParts
 from .run.tensors import to_torch
 
@@ -250,8 +251,7 @@ def export(parts: ModuleParts, path: str, example: tuple | None) -> str:
     constants = {name: consts.numpy(name) for name in consts}
     pyfuncs = [n for n, kind in state.functions.items() if kind == PYFUNC]
     text = python_file(parts.name, script, pyfuncs, constants, example)
-    with open(path, "w") as out:
-        out.write(text)
+    write_whole(path, text, "export")
     return path
 
 

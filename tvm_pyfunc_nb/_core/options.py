@@ -178,5 +178,5 @@ def check_target_runs_on(target: tvm.target.Target, options: ModuleOptions, devi
         raise TVMModuleError(
             f"target `{options.target}` cannot run on this machine: {why}. Run it on a "
             "machine that can with --rpc HOST:PORT, or target this one (`llvm`, or an older "
-            'CPU: `{"kind": "llvm", "mcpu": "x86-64-v2"}`)"
+            'CPU: `{"kind": "llvm", "mcpu": "x86-64-v2"}`)'
         )
