@@ -30,9 +30,9 @@ from .build.library_files import write_library
 from .live.cells import PRIMFUNC, PYFUNC, RELAX
 from .live.editing import module_text
 from .live.relax_rewrite import py_func_calls, relax_closure, sub_module
-from .user_files import write_whole
 from .module_parts import ModuleParts
 from .run.tensors import to_torch
+from .user_files import write_whole
 
 _LOADERS = '''def _load(text):
     """Arrays by name; a dtype numpy lacks (bfloat16) travels as its bits, as `name:dtype`."""
