@@ -31,6 +31,7 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError
+from ..argument_checks import check_comparison
 from ..build.build import Build
 from ..build.kernel_sites import MAX_PLACES
 from ..build.linking import relax_names
@@ -341,6 +342,7 @@ def compare(
     parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float, by: str
 ) -> Comparison:
     """`compare(..., by=...)`: op by op (comparing.py) or kernel by kernel."""
+    check_comparison("compare", fn, reference, args, rtol, atol)
     if by not in BY:
         raise CallError(
             f"compare: by must be one of {', '.join(map(repr, BY))}, not {by!r}", function=fn

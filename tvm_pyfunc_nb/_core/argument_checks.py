@@ -1,0 +1,82 @@
+"""The arguments of the features (`time`, `profile`, `compare`, `bisect`), checked at their entry.
+
+A wrong one is a `CallError` that names the function, the argument and what
+it takes, before anything runs: not a `TypeError` from deep inside TVM or
+PyTorch, and not a count that TVM's `time_evaluator` silently wraps (it counts
+in 32 bits: `number=2**31` timed nothing and printed "-0.00 µs").
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import torch
+
+from ..errors import CallError
+
+MAX_COUNT = 2**31 - 1  # the most runs TVM's time_evaluator counts (an int32)
+
+
+def check_counts(feature: str, fn: str, **counts: object) -> None:
+    """Each of `counts` (`number=10`, `repeat=5`) a whole number from 1 to `MAX_COUNT`."""
+    for name, value in counts.items():
+        whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if not whole or not 1 <= value <= MAX_COUNT:
+            raise CallError(
+                f"{feature}: {name} is a whole number from 1 to {MAX_COUNT}, not {value!r}",
+                function=fn,
+            )
+
+
+def check_tolerances(feature: str, fn: str, rtol: object, atol: object) -> None:
+    """`rtol` and `atol` finite numbers, not negative."""
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not real or not math.isfinite(value) or value < 0:
+            raise CallError(
+                f"{feature}: {name} is a number of 0 or more, not {value!r}", function=fn
+            )
+
+
+def check_reference(feature: str, fn: str, reference: object, *, values: bool = False) -> None:
+    """`reference` a callable (a function, a `torch.nn.Module`); with `values`, also None or the
+    expected outputs: a tensor, an array, or a (nested) list or tuple of them."""
+    if callable(reference) or (values and (reference is None or _outputs(reference))):
+        return
+    wanted = "a callable (a function or a torch.nn.Module)"
+    if values:
+        wanted += ", the expected outputs (tensors, or a list or tuple of them), or None"
+    raise CallError(
+        f"{feature}: the reference is {wanted}, not {type(reference).__name__} {reference!r:.60}",
+        function=fn,
+    )
+
+
+def check_tensors(feature: str, fn: str, args: tuple) -> None:
+    """No argument a tensor without data (on PyTorch's `meta` device)."""
+    for i, arg in enumerate(args):
+        if isinstance(arg, torch.Tensor) and arg.is_meta:
+            raise CallError(
+                f"{feature}: argument {i} is a meta tensor, which has a shape but no values; "
+                "give a tensor with values (e.g. torch.randn of that shape)",
+                function=fn,
+            )
+
+
+def _outputs(value: object) -> bool:
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_outputs(v) for v in value)
+    return isinstance(value, (torch.Tensor, np.ndarray)) or hasattr(value, "__dlpack__")
+
+
+def check_comparison(
+    feature: str, fn: str, reference: object, args: tuple, rtol: object, atol: object, *,
+    values: bool = False,
+) -> None:  # fmt: skip
+    """What `compare` and `bisect` take: a reference (`check_reference`), tolerances, and
+    arguments with values."""
+    check_reference(feature, fn, reference, values=values)
+    check_tolerances(feature, fn, rtol, atol)
+    check_tensors(feature, fn, args)
