@@ -152,9 +152,11 @@ from tvm.sym import Analyzer, ProofStrength
 n, m = tirx.Var("n", "int64"), tirx.Var("m", "int64")
 assert Analyzer().can_prove(n * m * n * m >= 0, strength=ProofStrength.SYMBOLIC_BOUND)
 """
+# Ctrl-C while the cell waits for a child process that would, unless interrupted, end by itself
+# and leave a file behind: a Ctrl-C that waited for the end of the wait leaves the file there
 WAITS = """
 threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
-subprocess.run([sys.executable, "-c", "import time; time.sleep(60)"])
+subprocess.run([sys.executable, "-c", f"import time; time.sleep(20); open({str(ended)!r}, 'w')"])
 """
 
 
@@ -169,22 +171,25 @@ def proves_with_z3():
     return tvm.transform.Sequential([proves, relax.get_pipeline("default")])
 
 
-def test_after_tvms_z3_ran_in_a_cell_ctrl_c_still_interrupts_a_wait(shell):
+def test_after_tvms_z3_ran_in_a_cell_ctrl_c_still_interrupts_a_wait(shell, tmp_path):
     shell.ns.update(os=os, signal=signal, threading=threading, subprocess=subprocess, sys=sys)
+    shell.ns["ended"] = tmp_path / "ended"
     shell.run(PROVES_WITH_Z3)  # the user's own TVM code, in a cell of its own
     error = shell.run(WAITS, expect_error=BaseException)
     assert type(error) is KeyboardInterrupt, repr(error)
+    assert not (tmp_path / "ended").exists(), "Ctrl-C came only when the wait had ended"
 
 
-def test_after_a_build_ran_z3_ctrl_c_still_interrupts_a_wait_in_the_same_cell(shell):
+def test_after_a_build_ran_z3_ctrl_c_still_interrupts_a_wait_in_the_same_cell(shell, tmp_path):
     from tvm.relax.pipeline import PIPELINE_MAP
 
     relax.register_pipeline("proves_with_z3")(proves_with_z3)
     try:
         shell.cell("demo", ADD, options="--pipeline proves_with_z3")
         shell.ns.update(os=os, signal=signal, threading=threading, subprocess=subprocess)
-        shell.ns.update(sys=sys, x=torch.ones(4))
+        shell.ns.update(sys=sys, x=torch.ones(4), ended=tmp_path / "ended")
         error = shell.run("demo.double(x)" + WAITS, expect_error=BaseException)
         assert type(error) is KeyboardInterrupt, repr(error)
+        assert not (tmp_path / "ended").exists(), "Ctrl-C came only when the wait had ended"
     finally:
         PIPELINE_MAP.pop("proves_with_z3")

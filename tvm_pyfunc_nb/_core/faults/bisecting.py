@@ -71,9 +71,9 @@ import tvm
 import tvm_ffi
 
 from ...errors import CallError, WorkerCrash, reason_sentence
-from ..argument_checks import check_comparison
 from ..build.worker import Crash, PassKey, PassRun, build_and_run, shared_worker
 from ..build.worker.pass_log import CODEGEN
+from ..feature_checks import check_comparison
 from ..inspect.comparing import Difference, error_cells, output_differences
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
 from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module

@@ -31,12 +31,12 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError
-from ..argument_checks import check_comparison
 from ..build.build import Build
 from ..build.kernel_sites import MAX_PLACES
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
 from ..build.stats import CompileStats
+from ..feature_checks import check_comparison
 from ..live.cells import RELAX
 from ..models.source_sites import where_of
 from ..module_parts import ModuleParts

@@ -44,10 +44,10 @@ from dataclasses import dataclass
 import tvm
 
 from ...errors import CallError
-from ..argument_checks import check_counts
 from ..build.kernel_sites import site_cells
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
+from ..feature_checks import check_counts
 from ..live.cells import RELAX
 from ..module_parts import ModuleParts
 from ..run.tensors import to_tvm_tensor

@@ -26,8 +26,8 @@ import torch
 import tvm
 
 from ...errors import CallError, last_reason
-from ..argument_checks import check_counts
 from ..build.crash_guards import has_guards
+from ..feature_checks import check_counts
 from ..live.cells import PRIMFUNC, PYFUNC
 from ..module_parts import ModuleParts
 from ..tables import text_table

@@ -41,6 +41,7 @@ from tvm import relax
 from ...errors import CompileCacheWarning, ScheduleError, last_reason
 from ..build import trust
 from ..build.cpu_schedules import checked_schedule_of, vector_lanes
+from ..feature_checks import warn_unless_kept
 from ..front_end_port import Progress
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import IN_MEMORY, TuningRecords, kept_trials
@@ -226,6 +227,7 @@ def tune_function(
         raise ScheduleError(f"MetaSchedule failed: {last_reason(err)}", function=fn) from err
     finally:
         reporter.close()
+    warn_unless_kept(fn, schedules.directory, database, [task.workload for task in tasks])
     rows = []
     for task, default, seconds in zip(tasks, defaults, before, strict=True):
         sch = database.query_schedule(task.workload, target, WORKLOAD)

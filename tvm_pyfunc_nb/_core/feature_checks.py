@@ -1,20 +1,27 @@
-"""The arguments of the features (`time`, `profile`, `compare`, `bisect`), checked at their entry.
+"""What the features check: their arguments at their entry, and that `tune`'s records were kept.
 
-A wrong one is a `CallError` that names the function, the argument and what
-it takes, before anything runs: not a `TypeError` from deep inside TVM or
-PyTorch, and not a count that TVM's `time_evaluator` silently wraps (it counts
-in 32 bits: `number=2**31` timed nothing and printed "-0.00 µs").
+A wrong argument (`time`, `profile`, `compare`, `bisect`) is a `CallError`
+that names the function, the argument and what it takes, before anything
+runs: not a `TypeError` from deep inside TVM or PyTorch, and not a count that
+TVM's `time_evaluator` silently wraps (it counts in 32 bits: `number=2**31`
+timed nothing and printed "-0.00 µs").
+
+MetaSchedule appends its records to its files and says nothing when a write
+fails: a full disk, a quota or a file size limit left the records cut short
+while `tune` reported them kept. `warn_unless_kept` reads them back.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..errors import CallError
+from ..errors import CallError, CompileCacheWarning, last_reason
 
 MAX_COUNT = 2**31 - 1  # the most runs TVM's time_evaluator counts (an int32)
 
@@ -80,3 +87,31 @@ def check_comparison(
     check_reference(feature, fn, reference, values=values)
     check_tolerances(feature, fn, rtol, atol)
     check_tensors(feature, fn, args)
+
+
+def warn_unless_kept(fn: str, directory: str | Path | None, database, workloads: list) -> None:
+    """A `CompileCacheWarning` if the tuning records of `workloads` that `database` holds are
+    not all in `directory` on disk (None or "in memory": nothing to check). The tuned
+    schedules are used all the same, from memory."""
+    if directory is None or not Path(directory).is_dir():
+        return
+    from tvm.s_tir import meta_schedule as ms
+
+    from .tuning.records import kept_trials
+
+    wanted = sum(kept_trials(database, w) for w in workloads)
+    try:
+        on_disk = ms.database.JSONDatabase(work_dir=str(directory), allow_missing=False)
+        kept = sum(kept_trials(on_disk, w) for w in workloads)
+    except Exception as err:  # a record cut short: TVM's RuntimeError
+        kept, why = 0, f"they cannot be read back: {last_reason(err)}"
+    else:
+        why = f"{kept} of {wanted} trials are there"
+    if kept < wanted:
+        warnings.warn(
+            f"tune: the tuning records of `{fn}` were not all written to {directory} ({why}; "
+            "a full disk, a quota or a file size limit?). Its tuned schedule is used in this "
+            "session; delete that folder to tune it again later.",
+            CompileCacheWarning,
+            stacklevel=3,
+        )
