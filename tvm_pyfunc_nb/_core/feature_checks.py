@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import CallError, CompileCacheWarning, last_reason
+from .build.tuning_records import kept_trials
 
 MAX_COUNT = 2**31 - 1  # the most runs TVM's time_evaluator counts (an int32)
 
@@ -96,8 +97,6 @@ def warn_unless_kept(fn: str, directory: str | Path | None, database, workloads:
     if directory is None or not Path(directory).is_dir():
         return
     from tvm.s_tir import meta_schedule as ms
-
-    from .tuning.records import kept_trials
 
     wanted = sum(kept_trials(database, w) for w in workloads)
     try:

@@ -107,9 +107,7 @@ def _op_names(mod: tvm.IRModule) -> set[str]:
 def _same_call(value: relax.Call, call: relax.Call) -> bool:
     """`value` is `call` as the user's text holds it: the same op on operands of the same
     names (legalization hands a copy of the call to the op's legalization)."""
-    return value.op.same_as(call.op) and [str(a) for a in value.args] == [
-        str(a) for a in call.args
-    ]
+    return value.op.same_as(call.op) and [str(a) for a in value.args] == [str(a) for a in call.args]
 
 
 def _find(mod: tvm.IRModule, after: tvm.IRModule | None, matches, site_of=None):

@@ -129,8 +129,11 @@ def why_not_here(target: tvm.target.Target) -> str | None:
     architecture (another one's is refused when its code is built, kernel_builds.py): it is
     for another operating system, or for a CPU with instruction sets this one lacks (the
     process would stop with SIGILL). None if it can run here."""
-    from tvm.target.codegen import llvm_get_cpu_features, llvm_get_system_cpu
-    from tvm.target.codegen import llvm_get_system_triple
+    from tvm.target.codegen import (
+        llvm_get_cpu_features,
+        llvm_get_system_cpu,
+        llvm_get_system_triple,
+    )
 
     if target.kind.name != "llvm":
         return None

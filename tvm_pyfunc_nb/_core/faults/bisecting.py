@@ -63,6 +63,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -71,8 +72,8 @@ import tvm
 import tvm_ffi
 
 from ...errors import CallError, WorkerCrash, reason_sentence
-from ..build.worker import Crash, PassKey, PassRun, build_and_run, shared_worker
-from ..build.worker.pass_log import CODEGEN
+from ..build.worker.pass_log import CODEGEN, PassKey, PassRun
+from ..build.worker.process import Crash
 from ..feature_checks import check_comparison
 from ..inspect.comparing import Difference, error_cells, output_differences
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
@@ -80,6 +81,7 @@ from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import to_torch
 from ..tables import text_table
+from .isolation import in_worker
 from .primfunc_runs import build_kernel_and_run
 
 # Passes that translate from one level to the next (see the module's docstring): always on.
@@ -265,17 +267,21 @@ class _Search:
         # a PrimFunc is built alone and called on the arguments (its outputs: what it writes)
         self.kernel = isinstance(mod[fn], tvm.tirx.PrimFunc)
         self.expected, self.rtol, self.atol = expected, rtol, atol
-        self.worker = shared_worker()
+        self.builder = in_worker(parts.build.builder, parts.name)
         self.runs: tuple[PassRun, ...] = ()
         self.passes: list[PassRun] = []
         self.tried: list[Tried] = []
         self.probes: dict[int, _Probe] = {}
 
     def build(self, skip=frozenset(), snapshots=frozenset(), heard=None) -> _Probe:
-        run = build_kernel_and_run if self.kernel else build_and_run
+        run = (
+            partial(build_kernel_and_run, self.builder)
+            if self.kernel
+            else self.builder.build_and_run
+        )
         try:
             report = run(
-                self.worker, self.parts.options, self.mod, self.fn, self.inputs,
+                self.parts.options, self.mod, self.fn, self.inputs,
                 skip=skip, snapshots=snapshots, on_stage=heard,
             )  # fmt: skip
         except WorkerCrash as err:

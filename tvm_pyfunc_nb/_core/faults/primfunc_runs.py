@@ -1,11 +1,11 @@
 """bisect's build of a PrimFunc: built as the module builds it, with passes off, and run.
 
 The worker job of `NAME.bisect("kernel", *args)` for a PrimFunc: `tirx.build`
-of the kernel alone (the module's target, its crash guards when checked),
-every TIR pass logged and those asked switched off (build/worker/pass_log.py),
-then the kernel called on the arguments, destination-passing style. What it
-gives back are all the arguments after the call: a kernel's outputs are the
-arguments it writes.
+of the kernel alone (the module's target, its crash guards when checked), in
+the caller's `PassContext`, every TIR pass logged and those asked switched off
+(build/worker/pass_log.py), then the kernel called on the arguments,
+destination-passing style. What it gives back are all the arguments after the
+call: a kernel's outputs are the arguments it writes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import numpy as np
 import tvm
 
 from ..build.build import Build
+from ..build.pass_contexts import CallerContext
 from ..build.stats import CompileStats
-from ..build.worker import BuildWorker, PassKey, RunReport
-from ..build.worker.pass_log import TIR, logged_passes
+from ..build.worker.jobs import RunReport
+from ..build.worker.pass_log import TIR, PassKey, logged_passes
+from ..build.worker.process import DEFAULT_TIMEOUT
 from ..options import ModuleOptions, device_of
+from .isolation import WHERE, WorkerBuilder
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class BuildKernelAndRun:
     `inputs` (on the module's device)."""
 
     options: ModuleOptions
+    context: CallerContext
     module: str
     function: str
     inputs: tuple[np.ndarray, ...]
@@ -40,8 +44,8 @@ class BuildKernelAndRun:
 
     def run(self, log) -> RunReport:
         func = tvm.ir.load_json(self.module)[self.function]
-        build = Build(self.options, CompileStats())  # nothing kept from another run
-        with logged_passes(log, self.skip, self.snapshots) as passes:
+        with self.context.entered(), logged_passes(log, self.skip, self.snapshots) as passes:
+            build = Build(self.options, CompileStats())  # nothing kept from another run
             with passes.in_phase(TIR, f"building {self.function}"):
                 lib = build.tirx_build({self.function: func})
             kernel = lib[self.function]  # LLVM's code generation (the JIT) happens here
@@ -53,7 +57,7 @@ class BuildKernelAndRun:
 
 
 def build_kernel_and_run(
-    worker: BuildWorker,
+    builder: WorkerBuilder,
     options: ModuleOptions,
     mod: tvm.IRModule,
     function: str,
@@ -64,13 +68,14 @@ def build_kernel_and_run(
     on_stage=None,
 ) -> RunReport:
     """Build PrimFunc `function` of `mod` with the passes in `skip` off and call it on `inputs`,
-    in the worker (a crash raises `WorkerCrash`: bisect counts it as the fault)."""
+    in `builder`'s worker (a crash raises `WorkerCrash`: bisect counts it as the fault)."""
     job = BuildKernelAndRun(
         options,
+        CallerContext.current(WHERE),
         tvm.ir.save_json(mod),
         function,
         tuple(np.asarray(a) for a in inputs),
         frozenset(skip),
         frozenset(snapshots),
     )
-    return worker.run(job, on_stage=on_stage)
+    return builder.worker.run(job, timeout=DEFAULT_TIMEOUT, on_stage=on_stage)

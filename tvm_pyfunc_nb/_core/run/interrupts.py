@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 import tvm_ffi
@@ -44,11 +44,16 @@ def python_sigint() -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-@contextlib.contextmanager
-def sigint_given_back(context: AbstractContextManager) -> Iterator[None]:
-    """`context`, then SIGINT handled as Python handles it (a compile may have run Z3)."""
-    try:
-        with context:
-            yield
-    finally:
-        python_sigint()
+def giving_sigint_back(compiling: Callable[[str, tuple[str, ...]], AbstractContextManager]):
+    """`compiling(kind, names)` (the context manager a build runs each TVM compile in), which
+    then hands SIGINT back as Python handles it (the compile may have run Z3)."""
+
+    @contextlib.contextmanager
+    def given_back(kind: str, names: tuple[str, ...]) -> Iterator[None]:
+        try:
+            with compiling(kind, names):
+                yield
+        finally:
+            python_sigint()
+
+    return given_back
