@@ -82,7 +82,7 @@ from ..module_parts import ModuleParts
 from ..run.tensors import to_torch
 from ..tables import text_table
 from .isolation import in_worker
-from .primfunc_runs import build_kernel_and_run
+from .primfunc_runs import BuildKernelAndRun
 
 # Passes that translate from one level to the next (see the module's docstring): always on.
 NEEDED = frozenset(
@@ -274,11 +274,9 @@ class _Search:
         self.probes: dict[int, _Probe] = {}
 
     def build(self, skip=frozenset(), snapshots=frozenset(), heard=None) -> _Probe:
-        run = (
-            partial(build_kernel_and_run, self.builder)
-            if self.kernel
-            else self.builder.build_and_run
-        )
+        run = self.builder.build_and_run
+        if self.kernel:  # built alone, and called on the arguments
+            run = partial(run, job_type=BuildKernelAndRun)
         try:
             report = run(
                 self.parts.options, self.mod, self.fn, self.inputs,
