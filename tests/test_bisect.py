@@ -144,7 +144,9 @@ def pair(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
 
 
 def run_repro(path, cwd) -> subprocess.CompletedProcess:
-    """`python repro.py` in a fresh Python that cannot import this package."""
+    """`python repro.py` in a fresh Python that cannot import this package (in the venv it is
+    installed: a module of its name beside the file comes first, and refuses)."""
+    (path.parent / "tvm_pyfunc_nb.py").write_text("raise ImportError('not this package')\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(
         [sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300

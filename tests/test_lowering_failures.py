@@ -73,3 +73,36 @@ def test_bisect_says_what_tvm_says(shell):
         demo.bisect("by_tensor", X, torch.tensor([3, 2]))
     assert "CodeGenVM cannot emit" in str(raised.value), str(raised.value)
     assert "does not support subscript" not in str(raised.value)
+
+
+def test_the_failure_is_worked_out_from_the_module_and_what_tvm_raised():
+    """`lowering_failure` on its own: legalization run again finds the call whose legalization
+    raised, whatever TVM raised at first (here a bare `RuntimeError` as from the worker)."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from tvm_pyfunc_nb._core.build.failed_bindings import lowering_failure
+
+    @I.ir_module
+    class Module:
+        @R.function
+        def like(x: R.Tensor((2, 3), "float32"), s: R.Tensor((3, 2), "float32")):
+            lv = R.shape_of(s)
+            y = R.reshape(x, lv)
+            return y
+
+    error = lowering_failure(Module, AssertionError(), tvm.target.Target("llvm"))
+    assert error.function == "like" and "`y = R.reshape(x, lv)`" in str(error)
+    assert "isinstance(tgt_shape, ShapeExpr)" in str(error)
+
+    @I.ir_module
+    class Fine:
+        @R.function
+        def twice(x: R.Tensor((2, 3), "float32")):
+            y = R.add(x, x)
+            return y
+
+    unknown = lowering_failure(Fine, ValueError("a reason of TVM's"), tvm.target.Target("llvm"))
+    assert unknown.function is None  # no binding to blame: TVM's words, as they are
+    assert str(unknown) == "Relax lowering failed: a reason of TVM's"
