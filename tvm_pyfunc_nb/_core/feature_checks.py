@@ -33,7 +33,8 @@ def check_counts(feature: str, fn: str, **counts: object) -> None:
         whole = isinstance(value, numbers.Integral) and not isinstance(value, bool)
         if not whole or not 1 <= value <= MAX_COUNT:
             raise CallError(
-                f"{feature}: {name} is a whole number from 1 to {MAX_COUNT}, not {value!r}",
+                f"{feature}: {name} must be a whole number, at least 1 and at most {MAX_COUNT}, "
+                f"not {value!r}",
                 function=fn,
             )
 
