@@ -19,6 +19,7 @@ import tvm
 from ...errors import ScheduleError, last_reason
 from ..build import trust
 from ..build.tuning_records import IN_MEMORY, WORKLOAD, TuningRecords, kept_trials
+from ..feature_checks import warn_unless_kept
 from ..front_end_port import Progress
 from .measuring import Measurer, import_tensor_intrinsics, quiet
 from .report import KEPT, TUNED, KernelRow, TuningReport, milliseconds
@@ -76,6 +77,8 @@ def tuned(
                 ) from err
             finally:
                 reporter.progress.close()
+    warn_unless_kept(name, where, database, [mod])
+    warn_unless_kept(name, where, database, [mod])
     schedule = ms.tir_integration.compile_tir(database, func, target)
     if schedule is None:
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)

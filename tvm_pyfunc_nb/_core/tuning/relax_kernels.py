@@ -35,6 +35,7 @@ from ..build import trust
 from ..build.cpu_schedules import checked_schedule_of, vector_unit
 from ..build.kernel_schedules import KernelSchedules, tunable, workload
 from ..build.tuning_records import IN_MEMORY, WORKLOAD, kept_trials
+from ..feature_checks import warn_unless_kept
 from ..front_end_port import Progress
 from .measuring import Measurer, import_tensor_intrinsics, quiet
 from .report import KEPT, NOT_TUNED, TUNED, KernelRow, TuningReport, milliseconds
@@ -141,6 +142,7 @@ def tune_function(
         raise ScheduleError(f"MetaSchedule failed: {last_reason(err)}", function=fn) from err
     finally:
         reporter.close()
+    warn_unless_kept(fn, schedules.directory, database, [task.workload for task in tasks])
     return TuningReport(
         fn,
         todo,
