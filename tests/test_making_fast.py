@@ -31,7 +31,7 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core.build import builder
+from tvm_pyfunc_nb._core.build import builder, pipelines
 from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
 from tvm_pyfunc_nb._core.inspect import lowered_views
 from tvm_pyfunc_nb.errors import native_stderr_without
@@ -151,6 +151,18 @@ def test_fusing_pipelines_give_fewer_kernels_with_the_same_numbers(shell):
         assert all(k.startswith("fused_") for k in kernels[pipeline]), kernels
         assert "T.parallel" in lowered[pipeline] and "T.vectorized" in lowered[pipeline]
     assert kernels["auto"] == ["fused_matmul_add_relu", "fused_matmul1_add1_relu1"]
+
+
+def test_auto_is_the_fused_pipeline_on_a_cpu_and_the_targets_own_elsewhere():
+    cpu, gpu = tvm.target.Target("llvm"), tvm.target.Target("cuda")
+    fused = pipelines.pipeline_for("auto", cpu)
+    assert fused.name == "fused" and fused.scheduled and fused.key.startswith("fused:")
+    assert pipelines.pipeline_for("auto", gpu).name == "target"
+    exact = pipelines.pipeline_for("default", cpu)
+    assert exact.name == "default" and not exact.scheduled  # no schedule of ours after it
+    assert pipelines.pipeline_for("zero", cpu).scheduled
+    with pytest.raises(TVMModuleError, match="for CPU"):
+        pipelines.pipeline_for("fused", gpu)
 
 
 def test_pipeline_default_is_exactly_what_tvm_compile_builds(shell):
@@ -343,7 +355,7 @@ def test_lowered_and_source_are_computed_on_demand_not_on_a_call(shell, monkeypa
     assert made == []  # calls and compiles computed neither
     records = list(demo.stats.compiles)
     assert {r.kind for r in records} == {"tir", "vm"}
-    assert all(set(vars(r)) == {"kind", "functions", "target", "seconds", "when"} for r in records)
+    assert all(set(vars(r)) == {"kind", "functions", "target", "seconds", "end"} for r in records)
 
     demo.lowered("mm"), demo.source("mm"), demo.lowered("mlp"), demo.source("mlp")
     assert {"lowered_prim_func", "lowered_relax", "generated_source"} <= set(made)
@@ -519,7 +531,11 @@ def test_tune_finds_a_schedule_and_keeps_its_database(config_shell, tmp_path):
     assert report.work_dir.startswith(str(tmp_path / "cache" / OWN_DIR / "tuning")), report
     assert "4 trials measured now" in repr(report)
     assert any(Path(report.work_dir).iterdir())  # the database is on disk
-    assert not tvm_ffi.structural_equal(demo.ir_mod["mm"], original)
+    # the best candidate replaces the loops as written only if it is faster: timed in turns
+    (row,) = report.rows
+    assert row.after <= row.before, row
+    changed = not tvm_ffi.structural_equal(demo.ir_mod["mm"], original)
+    assert changed == (row.schedule == "tuned"), row
     assert torch.allclose(run_mm(demo, a, b), a @ b, atol=1e-4)
 
     start = time.perf_counter()

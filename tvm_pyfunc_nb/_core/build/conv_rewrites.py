@@ -43,20 +43,20 @@ def _folded(item: relax.TupleGetItem, matched: dict) -> relax.Expr:
     if not _nchw_oihw(conv) or int(attrs.axis) not in (1, -3) or not dtype.startswith("float"):
         return item
 
-    def value(pattern):
+    def array(pattern):
         return matched[pattern].value.numpy().astype(np.float64)
 
-    scale = 1 / np.sqrt(value(_var) + float(attrs.epsilon))
+    scale = 1 / np.sqrt(array(_var) + float(attrs.epsilon))
     if attrs.scale:
-        scale = scale * value(_gamma)
-    mean = value(_mean)
+        scale = scale * array(_gamma)
+    mean = array(_mean)
     if _bias in matched:  # the conv's own bias, one per channel, goes through the norm too
-        bias = value(_bias)
+        bias = array(_bias)
         if bias.size != mean.size:
             return item
         mean = mean - bias.reshape(-1)
-    shift = -mean * scale + (value(_beta) if attrs.center else 0)
-    weight = value(_weight) * scale.reshape(-1, 1, 1, 1)
+    shift = -mean * scale + (array(_beta) if attrs.center else 0)
+    weight = array(_weight) * scale.reshape(-1, 1, 1, 1)
     folded = relax.Call(conv.op, [matched[_data], relax.const(weight.astype(dtype))], conv.attrs)
     return relax.op.add(folded, relax.const(shift.reshape(1, -1, 1, 1).astype(dtype)))
 
