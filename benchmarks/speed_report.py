@@ -127,7 +127,7 @@ def peak_lines(results: dict, fmt) -> list[str]:
         if "peak" not in run:
             continue
         peak = run["peak"]
-        seconds = run["threads"][1]["times"]["tuned"]
+        seconds = run["threads"][min(run["threads"], key=int)]["times"]["tuned"]  # one thread
         rate = run["flops"] / seconds
         share = rate / peak["flops"]
         lines.append(
@@ -155,10 +155,10 @@ def readme_rows(results: dict, fmt) -> list[str]:
             ratios = " / ".join(
                 speed(times["eager"], times[v]) for v in ("none", "offload", "tuned")
             )
+            plural = "s" if int(threads) > 1 else ""
             rows.append(
-                f"| {run['title']} (`add_torch`), {CODE[run['target']]}, {threads} thread"
-                f"{'s' if threads > 1 else ''} each side: no options / `--offload torch` / after "
-                f"`tune` | {ours} | PyTorch eager {fmt(times['eager'])}, `torch.compile` "
-                f"{fmt(times['compile'])} | {ratios} |"
+                f"| {run['title']} (`add_torch`), {CODE[run['target']]}, {threads} thread{plural} "
+                f"each side: no options / `--offload torch` / after `tune` | {ours} | PyTorch "
+                f"eager {fmt(times['eager'])}, `torch.compile` {fmt(times['compile'])} | {ratios} |"
             )
     return rows
