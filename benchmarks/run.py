@@ -101,7 +101,7 @@ def section(script: str, *args: object, env: dict | None = None) -> dict:
         cwd=HERE,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(HERE), **(env or {})},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(_paths()), **(env or {})},
     )
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
@@ -111,6 +111,11 @@ def section(script: str, *args: object, env: dict | None = None) -> dict:
         file=sys.stderr,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _paths() -> list[str]:
+    """The sections' import path: this folder, then the caller's (a worktree's package first)."""
+    return [str(HERE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
 
 
 def machine() -> list[str]:
