@@ -192,6 +192,7 @@ class Bisection:
     seconds: float = 0.0
     summary: str = ""  # why there is no culprit, when there is none
     repro: Any = None  # what .save writes (bisect_repro.Repro)
+    search: Any = field(default=None, repr=False)  # its builds, for `minimize` (minimizing.py)
 
     @property
     def found(self) -> bool:
@@ -222,6 +223,12 @@ class Bisection:
             lines += ["", f"{', '.join(self.changed)} before and after {self.culprit.name}:"]
             lines.append(self.diff)
         return "\n".join(lines)
+
+    def minimize(self):
+        """The fewest bindings of the function that the same pass still breaks (minimizing.py)."""
+        from .minimizing import minimize_bisection
+
+        return minimize_bisection(self)
 
     def save(self, path: str) -> str:
         """Write a standalone Python file (plain TVM, numpy) that shows the fault when run:
@@ -401,6 +408,7 @@ def bisect(
             Tried(n, search.passes[-1].name if n else "", full.outcome, _detail(full))
         )
         result = Bisection(parts.name, fn, described, search.passes, needed, search.tried, None)
+        result.search = search
         if bottom.outcome != SAME and expected is not None:
             result.outcome, result.differences = bottom.outcome, bottom.differences
             result.summary = (

@@ -1,0 +1,2 @@
+def repro_of(judge, result):
+    return None
