@@ -34,6 +34,7 @@ from ...errors import CallError
 from ..build.kernel_sites import MAX_PLACES
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
+from ..feature_checks import check_comparison
 from ..live.cells import RELAX
 from ..models.source_sites import where_of
 from ..module_parts import ModuleParts
@@ -330,6 +331,7 @@ def compare(
     parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float, by: str
 ) -> Comparison:
     """`compare(..., by=...)`: op by op (comparing.py) or kernel by kernel."""
+    check_comparison("compare", fn, reference, args, rtol, atol)
     if by not in BY:
         raise CallError(
             f"compare: by must be one of {', '.join(map(repr, BY))}, not {by!r}", function=fn

@@ -47,6 +47,7 @@ from ...errors import CallError
 from ..build.kernel_sites import site_cells
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
+from ..feature_checks import check_counts
 from ..live.cells import RELAX
 from ..module_parts import ModuleParts
 from ..run.tensors import to_tvm_tensor
@@ -225,8 +226,7 @@ def _copy(value):
 def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) -> Profile:
     """Run Relax function `fn` on `args` under the VM's instrument hook and time each kernel,
     PyTorch call and pyfunc it launches; the VM's own work is the rest of `time()`."""
-    if number < 1 or repeat < 1:
-        raise CallError("profile: number and repeat must be at least 1", function=fn)
+    check_counts("profile", fn, number=number, repeat=repeat)
     entry = parts.entry(fn, kind=RELAX, needed_by="profile")
     if parts.options.rpc:
         raise CallError(

@@ -27,6 +27,7 @@ import tvm
 
 from ...errors import CallError, last_reason
 from ..build.crash_guards import has_guards
+from ..feature_checks import check_counts
 from ..live.cells import PRIMFUNC, PYFUNC
 from ..module_parts import ModuleParts
 from ..tables import text_table
@@ -197,8 +198,7 @@ def time_function(
     parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int, against
 ) -> Timing:
     """Time `fn` on `args` on the module's device, and `against` (if given) on the same inputs."""
-    if number < 1 or repeat < 1:
-        raise CallError("time: number and repeat must be at least 1", function=fn)
+    check_counts("time", fn, number=number, repeat=repeat)
     entry = parts.entry(fn)
     function = parts.function(fn)
     function(*args)  # compiles if needed, and checks the arguments
