@@ -394,7 +394,7 @@ def bisect(
     crashes (see the module's docstring)."""
     started = time.perf_counter()
     check_comparison("bisect", fn, reference, args, rtol, atol, values=True)
-    mod, inputs = _checked(parts, fn, args)
+    mod, inputs = worker_inputs(parts, fn, args)
     expected, described = _reference(parts, fn, args, reference)
     search = _Search(parts, fn, mod, inputs, expected, rtol, atol)
     full = _list_passes(search)
@@ -453,25 +453,27 @@ def _crashes_anyway(
     return result
 
 
-def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, list[np.ndarray]]:
+def worker_inputs(
+    parts: ModuleParts, fn: str, args: tuple, feature: str = "bisect"
+) -> tuple[tvm.IRModule, list[np.ndarray]]:
     """`fn`'s closure as a module of its own, and `args` as arrays: a `CallError` for what the
-    worker cannot build or run."""
+    worker cannot build or run (`feature` says which feature asked: `bisect`, `minimize`)."""
     entry = parts.entry(fn)
     if entry.kind not in (RELAX, PRIMFUNC):
         raise CallError(
-            f"bisect needs a Relax function or a PrimFunc, but `{fn}` is a {entry.kind}",
+            f"{feature} needs a Relax function or a PrimFunc, but `{fn}` is a {entry.kind}",
             function=fn,
         )
     if parts.options.rpc:
-        raise CallError("bisect builds and runs here; a --rpc module cannot", function=fn)
+        raise CallError(f"{feature} builds and runs here; a --rpc module cannot", function=fn)
     params = entry.func.params
     if len(args) != len(params):
         raise CallError(
-            f"bisect: `{fn}` takes {len(params)} argument(s) "
+            f"{feature}: `{fn}` takes {len(params)} argument(s) "
             f"({', '.join(p.name for p in params)}), {len(args)} given",
             function=fn,
         )
-    inputs = [_array(fn, i, arg) for i, arg in enumerate(args)]
+    inputs = [_array(feature, fn, i, arg) for i, arg in enumerate(args)]
     state = parts.state
     if entry.kind == PRIMFUNC:
         return tvm.IRModule({fn: entry.func}), inputs
@@ -484,17 +486,17 @@ def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, li
     ]
     if calls_python:
         raise CallError(
-            f"bisect: `{fn}` calls Python ({', '.join(calls_python)}), which the build worker "
+            f"{feature}: `{fn}` calls Python ({', '.join(calls_python)}), which the build worker "
             "cannot run",
             function=fn,
         )
     return sub_module(state.ir_mod, closure), inputs
 
 
-def _array(fn: str, i: int, arg) -> np.ndarray:
+def _array(feature: str, fn: str, i: int, arg) -> np.ndarray:
     value = to_torch(arg)
     if not isinstance(value, torch.Tensor):
-        raise CallError(f"bisect: argument {i} of `{fn}` is not a tensor", function=fn)
+        raise CallError(f"{feature}: argument {i} of `{fn}` is not a tensor", function=fn)
     return value.detach().cpu().numpy()
 
 

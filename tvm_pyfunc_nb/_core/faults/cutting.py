@@ -9,8 +9,10 @@ makes the rest disappear:
   the caller gives it its value, the reference run's (`Cut.entering`). Not a
   constant: `FoldConstant` would compute the cut away;
 - a value that is not a tensor (a tuple a `split` made, a shape) cannot be
-  given from outside, so the binding that makes it is kept with the one that
-  reads it (`DataflowCut.closed`);
+  given from outside, nor one computed from weights alone (a constant to
+  the build, which `FoldConstant` folds), nor one the reference run has no
+  value of: the binding that makes it is kept with the one that reads it
+  (`DataflowCut.closed`);
 - what no kept binding reads is returned (`Cut.outputs`): one value as it
   is, more as a tuple. A value that a dataflow block returns becomes an
   output variable of the block;
@@ -70,6 +72,13 @@ class DataflowCut:
             for b in self.bindings
         ]
         self._made = made
+        # the bindings whose values can enter a cut: tensors that are not constants (what the
+        # build computes from weights alone stays so: FoldConstant sees what it saw), narrowed
+        # to those the reference run gives (`valued &= ...`)
+        constant = set(relax.analysis.computable_at_compile_time(func))
+        self.valued = {
+            i for i, b in enumerate(self.bindings) if enters(b.var) and b.var not in constant
+        }
 
     def __len__(self) -> int:
         return len(self.bindings)
@@ -80,12 +89,12 @@ class DataflowCut:
 
     def closed(self, kept: Iterable[int]) -> frozenset[int]:
         """`kept` with the bindings that make the values they read that cannot enter a cut (not
-        tensors), and those those read, and so on."""
+        tensors, or without a value), and those those read, and so on."""
         found, todo = set(kept), list(kept)
         while todo:
             for var in self.reads[todo.pop()]:
                 i = self.producer(var)
-                if i is not None and i not in found and not enters(var):
+                if i is not None and i not in found and i not in self.valued:
                     found.add(i)
                     todo.append(i)
         return frozenset(found)
@@ -143,44 +152,52 @@ class DataflowCut:
                 var for i in order for var in self.reads[i] if self.producer(var) not in kept
             )
         )
-        remap = {old: relax.Var(self.name_of(old), old.ty) for old in reads}
+        # a parameter must not be a DataflowVar, and a value a dataflow block returns must not
+        # either; every other variable stays itself, so the types that name it stay right
+        remap = {old: relax.Var(old.name, old.ty) for old in reads if _inner(old)}
+        params = [remap.get(old, old) for old in reads]
         blocks = self._blocks(order, set(sinks), remap)
-        outputs = [remap[self.bindings[i].var] for i in sinks]
+        outputs = [remap.get(self.bindings[i].var, self.bindings[i].var) for i in sinks]
         result = outputs[0] if len(outputs) == 1 else relax.Tuple(outputs)  # () for none
         attrs = {k: v for k, v in (self.func.attrs or {}).items() if k != "num_input"}
         body = relax.BlockBuilder().normalize(relax.SeqExpr(blocks, result))
         function = relax.Function(
-            [remap[old] for old in reads],
+            params,
             body,
             None,
             self.func.is_pure,
             tvm.ir.make_node("ir.DictAttrs", **attrs) if attrs else None,
         )
+        function = relax.utils.copy_with_new_vars(function)  # none shared with the original
         return Cut(function, tuple(map(self.source, reads)), reads, tuple(sinks), kept)
 
     def _blocks(self, order: list[int], sinks: set[int], remap: dict) -> list:
-        """The kept bindings in their blocks, each reading and binding the cut's variables
-        (`remap`, filled in as they are made)."""
+        """The kept bindings in their blocks, reading the cut's parameters (`remap`, to which
+        each dataflow variable that leaves its block is added as it is made)."""
         blocks: list = []
         for number, block in enumerate(self.func.body.blocks):
             mine = [i for i in order if self.block_of[i] == number]
             if not mine:
                 continue
-            dataflow = isinstance(block, relax.DataflowBlock)
             made = []
             for i in mine:
                 binding = self.bindings[i]
-                old = binding.var
-                inner = dataflow and isinstance(old, relax.DataflowVar) and i not in sinks
-                var = (relax.DataflowVar if inner else relax.Var)(self.names[i], old.ty)
-                value = _Renamed(remap).visit_expr(binding.value)
-                remap[old] = var
+                var = binding.var
+                if i in sinks and _inner(var):
+                    remap[var] = relax.Var(var.name, var.ty)
+                    var = remap[var]
+                value = _Renamed(remap).visit_expr(binding.value) if remap else binding.value
                 if isinstance(binding, relax.MatchCast):
                     made.append(relax.MatchCast(var, value, binding.ty))
                 else:
                     made.append(relax.VarBinding(var, value))
+            dataflow = isinstance(block, relax.DataflowBlock)
             blocks.append(relax.DataflowBlock(made) if dataflow else relax.BindingBlock(made))
         return blocks
+
+
+def _inner(var: relax.Var) -> bool:
+    return isinstance(var, relax.DataflowVar)
 
 
 def module_of(mod: tvm.IRModule, fn: str, cut: Cut) -> tvm.IRModule | None:

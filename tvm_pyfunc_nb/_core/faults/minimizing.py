@@ -46,13 +46,14 @@ from tvm import relax
 from ...errors import CallError, WorkerCrash, reason_sentence
 from ..build.worker.pass_log import PIPELINE, PassRun
 from ..build.worker.process import Crash
+from ..feature_checks import check_comparison
 from ..inspect.comparing import difference, error_cells, flat_outputs, values_summed
 from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import to_torch
 from ..tables import text_table
-from .bisecting import NEEDED, is_container, skip_keys, units
+from .bisecting import NEEDED, is_container, skip_keys, units, worker_inputs
 from .cutting import BINDING, Cut, DataflowCut, module_of, written_in_place
 from .isolation import in_worker
 from .reference_run import ReferenceValues, reference_values
@@ -211,10 +212,17 @@ def crash_stage(stage: str) -> str:
     return stage.split(" ", 1)[0] if stage.startswith(("lowering ", "building ")) else stage
 
 
-def error_core(error: str) -> str:
-    """TVM's reason without the names and numbers a cut changes."""
-    first = error.splitlines()[0] if error else ""
-    return re.sub(r"`[^`]*`|\b\w*\d\w*\b", "…", first)
+def error_key(error: str) -> str:
+    """What TVM said in `error`, as TVM's own message has it, without the names and numbers a
+    cut changes: the condition of an internal check that failed, else the longest phrase free
+    of them (of the part after "TVM says:" where the error quotes TVM)."""
+    check = re.search(r"internal check `([^`]+)` failed", error)
+    if check:
+        return check.group(1)
+    said = error.split("TVM says: ", 1)[-1]
+    phrases = [p.strip(" .,;:") for p in re.split(r"`[^`]*`|[()\[\]\n]", said)]
+    plain = [p for p in phrases if p and not re.search(r"\d", p)] or [p for p in phrases if p]
+    return max(plain, key=len) if plain else error
 
 
 # -- judging a cut -------------------------------------------------------------------------
@@ -226,6 +234,7 @@ class Judge:
     def __init__(self, builds: Builds, cuts: DataflowCut, mod, values: ReferenceValues, fault):
         self.builds, self.cuts, self.mod, self.values, self.fault = builds, cuts, mod, values, fault
         self.skip_without: frozenset = frozenset()  # PASS: the pass off (the rest is on)
+        self.culprit_key = None  # PASS: the run of the pass (for the IR right before it)
         self.rtol, self.atol = 1e-5, 1e-6
         self.steps: list[Step] = []
         self.seen: dict[frozenset[int], bool] = {}
@@ -255,13 +264,14 @@ class Judge:
                 and crash.signal == fault.signal
                 and crash_stage(crash.stage) == fault.stage
             )
-            return same, ran.why
+            return same, "" if same else (ran.why or "it builds and runs")
         if fault.kind == FAILS:
-            return bool(ran.error) and error_core(ran.error) == fault.error, ran.why
+            same = fault.error in ran.error
+            return same, "" if same else (ran.why or "it builds and runs")
         if ran.outputs is None:
             return False, ran.why
         if fault.kind == NUMBERS:
-            return self.differs(cut, ran, self.expected(cut), _unchanged(cut, inputs))
+            return self.differs(cut, ran, self.expected(cut), unchanged(cut, inputs))
         without = self.builds.run(mod, inputs, self.skip_without)
         if without.outputs is None:
             return False, f"without {fault.culprit}: {without.why}"
@@ -309,7 +319,7 @@ class Judge:
         return values_summed(value, shapes, tuple(self.values.bindings[index].shape))
 
 
-def _unchanged(cut: Cut, inputs) -> list[np.ndarray | None]:
+def unchanged(cut: Cut, inputs) -> list[np.ndarray | None]:
     """What each argument must be after the run: as it was, unless a `call_tir_inplace` of the
     cut writes into it (None: any value)."""
     written = written_in_place(cut.function)
@@ -327,8 +337,12 @@ def minimize(
     docstring): a crash, an error, or numbers that leave `reference`'s (the PyTorch model `fn`
     came from, else the build with every optional pass off; a callable, or the outputs)."""
     started = time.perf_counter()
-    mod, inputs = _checked(parts, fn, args)
+    check_comparison("minimize", fn, reference, args, rtol, atol, values=True)
+    parts.entry(fn, kind=RELAX, needed_by="minimize")
+    mod, inputs = worker_inputs(parts, fn, args, "minimize")
     builds, cuts = Builds(parts, fn), DataflowCut(mod[fn])
+    if not len(cuts):
+        raise CallError(f"minimize: `{fn}` has no bindings to cut", function=fn)
     heard: list[str] = []
     subject = builds.run(mod, inputs, heard=heard.append)
     runs = subject.passes or _heard_runs(heard)
@@ -336,11 +350,12 @@ def minimize(
     if reference is not None and (origin is None or reference is not origin.model):
         origin = None
     values = reference_values(builds.run, cuts, mod, fn, inputs, relax_passes_off(runs), origin)
+    cuts.valued &= set(values.bindings)
     described = _given_reference(values, cuts, fn, reference, args) or values.described
     if subject.crash is not None:
         fault = Fault(CRASH, subject.crash.signal, crash_stage(subject.crash.stage))
     elif subject.error:
-        fault = Fault(FAILS, error=error_core(subject.error))
+        fault = Fault(FAILS, error=error_key(subject.error))
     else:
         fault = Fault(NUMBERS, reference=described)
     judge = Judge(builds, cuts, mod, values, fault)
@@ -375,13 +390,14 @@ def minimize_bisection(result) -> Minimized:
     values = reference_values(
         builds.run, cuts, mod, fn, search.inputs, relax_passes_off(search.runs), origin
     )
+    cuts.valued &= set(values.bindings)
     if result.outcome == "crashed":
         crash = result.crash
         fault = Fault(CRASH, crash.signal, crash_stage(crash.stage), culprit=culprit.name)
     else:
         fault = Fault(PASS, culprit=culprit.name)
     judge = Judge(builds, cuts, mod, values, fault)
-    judge.skip_without = skip_without
+    judge.skip_without, judge.culprit_key = skip_without, culprit.key
     judge.rtol, judge.atol = search.rtol, search.atol
     return _shrunk(parts, judge, started)
 
@@ -494,41 +510,3 @@ def _bound(runs: tuple[PassRun, ...], cuts: DataflowCut) -> int:
     kernels = max(1, counts.get("tirx.MakePackedAPI", 1))
     per_kernel = max(-(-c // kernels) for c in counts.values()) if counts else 1
     return per_kernel * (len(cuts) + 2) + max(counts.values(), default=1)
-
-
-def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, list[np.ndarray]]:
-    """`fn`'s closure as a module of its own, and `args` as arrays: a `CallError` for what the
-    worker cannot build or run."""
-    entry = parts.entry(fn, kind=RELAX, needed_by="minimize")
-    if parts.options.rpc:
-        raise CallError("minimize builds and runs here; a --rpc module cannot", function=fn)
-    params = entry.func.params
-    if len(args) != len(params):
-        raise CallError(
-            f"minimize: `{fn}` takes {len(params)} argument(s) "
-            f"({', '.join(p.name for p in params)}), {len(args)} given",
-            function=fn,
-        )
-    state = parts.state
-    closure = relax_closure([fn], state.ir_mod)
-    python = [
-        n
-        for n in sorted(closure)
-        if state.entries[n].kind == PYFUNC
-        or (state.entries[n].kind == RELAX and py_func_calls(state.entries[n].func))
-    ]
-    if python:
-        raise CallError(
-            f"minimize: `{fn}` calls Python ({', '.join(python)}), which the build worker "
-            "cannot run",
-            function=fn,
-        )
-    inputs = []
-    for i, arg in enumerate(args):
-        value = to_torch(arg)
-        if not isinstance(value, torch.Tensor):
-            raise CallError(f"minimize: argument {i} of `{fn}` is not a tensor", function=fn)
-        inputs.append(value.detach().cpu().numpy())
-    if not any(True for block in entry.func.body.blocks for _ in block.bindings):
-        raise CallError(f"minimize: `{fn}` has no bindings to cut", function=fn)
-    return sub_module(state.ir_mod, closure), inputs

@@ -64,7 +64,7 @@ def reference_values(
             )
     tensors = [i for i, b in enumerate(cut.bindings) if enters(b.var)]
     if ran.outputs is None:
-        values = {i: _zeros(cut, i) for i in tensors}
+        values = {i: v for i in tensors if (v := _zeros(cut, i)) is not None}
         described = f"zeros (the build with every optional pass off does not run: {ran.why})"
         outputs = None
     else:
@@ -110,7 +110,7 @@ def _from_model(origin: TorchOrigin, taps, tensors: list[int], inputs, values: d
     taken = 0
     for index, tap in zip(tensors, taps, strict=True):
         node = origin.bindings.get(tap.name)
-        if node is None or not node.exact:
+        if node is None or not node.exact or index not in values:
             continue
         value = next(
             (fx[n] for n in (node.node, *node.aliases) if isinstance(fx.get(n), torch.Tensor)), None
@@ -121,13 +121,11 @@ def _from_model(origin: TorchOrigin, taps, tensors: list[int], inputs, values: d
     return taken
 
 
-def _zeros(cut: DataflowCut, index: int) -> np.ndarray:
+def _zeros(cut: DataflowCut, index: int) -> np.ndarray | None:
+    """Zeros of binding `index`'s shape (None for a shape only a run knows)."""
     ty = cut.bindings[index].var.ty
     try:
         shape = tuple(int(d) for d in ty.shape)
-    except TypeError as err:  # a symbolic shape: no zeros without the values that set it
-        raise CallError(
-            f"minimize: `{cut.names[index]}` has a symbolic shape and the build with every "
-            "optional pass off does not run, so no value can stand for it",
-        ) from err
+    except (TypeError, ValueError):  # a symbolic shape, or one a value holds
+        return None
     return np.zeros(shape, dtype=str(ty.dtype))
