@@ -598,7 +598,7 @@ def _search(search: _Search, result: Bisection, step) -> None:
     # build without it (a pass off is still shown it)
     k = hi - 1 if bad.outcome == CRASHED else hi
     before, after = search.snapshot(k, result.culprit.key)
-    result.changed, result.diff = _changes(before, after)
+    result.changed, result.diff = ir_changes(before, after)
     result.repro = repro_of(search, result, before, after)
 
 
@@ -629,7 +629,7 @@ def _buildable(search: _Search, lo: int, hi: int, step) -> int | None:
     return None
 
 
-def _changes(before: str, after: str) -> tuple[list[str], str]:
+def ir_changes(before: str, after: str) -> tuple[list[str], str]:
     """The functions the pass changed (all it was given, when it crashed), and their TVMScript
     before and after as a unified diff (JSON of the IR in, "" for none)."""
     if not before:

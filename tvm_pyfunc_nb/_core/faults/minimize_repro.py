@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
-
 from ..build.offload import NONE
 from ..build.pipelines import AUTO_PIPELINE, COMPLETE_PIPELINES, TARGET_PIPELINE
 from ..build.worker.pass_log import PIPELINE
 from .bisect_repro import repro_of as bisect_repro_of
+from .cut_judging import unchanged
 from .repro_files import TOOLS, Repro, head, npz, script
 
 _BODY = """
@@ -54,7 +53,7 @@ EXPECTED = _load({expected!r})
 def main():
     got = run(Reduced, PIPELINE)
     agree = same([EXPECTED.get(f"e{{i}}") for i in range(len(got))], got, names_of(len(got)))
-    print(f"{{FUNCTION}} " + ("gives the reference's numbers" if agree else "LEAVES the reference's numbers"))
+    print(f"{{FUNCTION}} " + ("gives" if agree else "LEAVES") + " the reference's numbers")
     return NO_FAULT if agree else FAULT
 
 
@@ -160,14 +159,13 @@ def pipeline_text(name: str | None) -> str | None:
         return None
     if name in COMPLETE_PIPELINES:
         return f"relax.get_pipeline({name!r})"
-    return f'tvm.transform.Sequential([relax.get_pipeline({name!r}), relax.get_pipeline("default")])'
+    then = 'relax.get_pipeline("default")'
+    return f"tvm.transform.Sequential([relax.get_pipeline({name!r}), {then}])"
 
 
 def _expected(judge, result) -> dict:
     """`EXPECTED`: the reference's value of each output, then each argument's value before the
     run (none for one the cut writes into on purpose)."""
-    from .minimizing import unchanged
-
     cut = result.cut
     arrays = [*judge.expected(cut), *unchanged(cut, result.inputs)]
     return {f"e{i}": a for i, a in enumerate(arrays) if a is not None}

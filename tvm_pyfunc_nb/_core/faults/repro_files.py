@@ -7,9 +7,10 @@ nothing of this package. Its parts, shared here:
   missing package, IR that no longer parses), the imports, and the readers
   of the arrays it carries (weights and inputs as base64 `.npz`, as `export`
   writes them);
-- `TOOLS` (plain text, not a format string): `run` (build with a Relax pipeline, run on the inputs: the
-  outputs flat, then the arguments as the run left them, since a build that
-  writes into its arguments is a fault too), `same` (two runs, or a run and
+- `TOOLS` (plain text, not a format string): `run` (build with a Relax
+  pipeline, run on the inputs: the outputs flat, then the arguments as the
+  run left them, since a build that writes into its arguments is a fault
+  too), `same` (two runs, or a run and
   the reference's values, compared and printed), `crash_in_child` (a build
   that may crash runs in a child process: the signal is the answer);
 - `Repro`: the text, or why there is none, written whole (`write_whole`).
