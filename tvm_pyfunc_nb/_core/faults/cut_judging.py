@@ -20,6 +20,7 @@ never the end of the kernel.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,7 +124,7 @@ def error_key(error: str) -> str:
     if check:
         return check.group(1)
     said = error.split("TVM says: ", 1)[-1]
-    phrases = [p.strip(" .,;:") for p in re.split(r"`[^`]*`|[()\[\]\n]", said)]
+    phrases = [p.strip(" .,;:") for p in re.split(r"`[^`]*`|[()\[\]\n]|\. ", said)]
     plain = [p for p in phrases if p and not re.search(r"\d", p)] or [p for p in phrases if p]
     return max(plain, key=len) if plain else error
 
@@ -131,14 +132,27 @@ def error_key(error: str) -> str:
 class Judge:
     """Whether a cut of `fn` still shows `fault`: each cut built (once) and judged."""
 
-    def __init__(self, builds: Builds, cuts: DataflowCut, mod, values: ReferenceValues, fault):
+    def __init__(
+        self,
+        builds: Builds,
+        cuts: DataflowCut,
+        mod: tvm.IRModule,
+        values: ReferenceValues,
+        fault: Fault,
+        *,
+        rtol: float = 1e-5,
+        atol: float = 1e-6,
+        without: frozenset = frozenset(),
+        culprit_key=None,
+        on_step: Callable[[Step], None] | None = None,
+    ):
         self.builds, self.cuts, self.mod, self.values, self.fault = builds, cuts, mod, values, fault
-        self.skip_without: frozenset = frozenset()  # PASS: the pass off (the rest is on)
-        self.culprit_key = None  # PASS: the run of the pass (for the IR right before it)
-        self.rtol, self.atol = 1e-5, 1e-6
+        self.rtol, self.atol = rtol, atol
+        self.skip_without = without  # PASS: the keys that switch the pass off (the rest is on)
+        self.culprit_key = culprit_key  # PASS: its run (for the IR right before it)
+        self.on_step = on_step or (lambda step: None)  # told of each cut judged
         self.steps: list[Step] = []
         self.seen: dict[frozenset[int], bool] = {}
-        self.on_step = lambda step: None
 
     def module(self, cut: Cut) -> tvm.IRModule | None:
         return module_of(self.mod, self.builds.fn, cut)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,7 +40,6 @@ from ..inspect.comparing import flat_outputs
 from ..live.cells import RELAX
 from ..module_parts import ModuleParts
 from ..run.tensors import to_torch
-from .bisecting import NEEDED, is_container, skip_keys, units, worker_inputs
 from .cut_judging import (
     CRASH,
     FAILS,
@@ -55,6 +56,7 @@ from .cutting import Cut, DataflowCut
 from .minimize_repro import repro_of
 from .reference_run import ReferenceValues, reference_values
 from .shrinking import smallest
+from .worker_builds import NEEDED, is_container, skip_keys, units, worker_inputs
 
 
 @dataclass
@@ -155,8 +157,7 @@ def minimize(
         fault = Fault(FAILS, error=error_key(subject.error))
     else:
         fault = Fault(NUMBERS, reference=described)
-    judge = Judge(builds, cuts, mod, values, fault)
-    judge.rtol, judge.atol = rtol, atol
+    judge = partial(Judge, builds, cuts, mod, values, fault, rtol=rtol, atol=atol)
     return _shrunk(parts, judge, started)
 
 
@@ -193,16 +194,16 @@ def minimize_bisection(result) -> Minimized:
         fault = Fault(CRASH, crash.signal, crash_stage(crash.stage), culprit=culprit.name)
     else:
         fault = Fault(PASS, culprit=culprit.name)
-    judge = Judge(builds, cuts, mod, values, fault)
-    judge.skip_without, judge.culprit_key = skip_without, culprit.key
-    judge.rtol, judge.atol = search.rtol, search.atol
+    judge = partial(
+        Judge, builds, cuts, mod, values, fault, rtol=search.rtol, atol=search.atol,
+        without=skip_without, culprit_key=culprit.key,
+    )  # fmt: skip
     return _shrunk(parts, judge, started)
 
 
-def _shrunk(parts: ModuleParts, judge: Judge, started: float) -> Minimized:
-    """The search, its progress shown, and the result."""
-    fn, count = judge.builds.fn, len(judge.cuts)
-    progress = parts.progress(f"minimize {fn}", count, "bindings cut away")
+def _shrunk(parts: ModuleParts, make_judge: Callable[..., Judge], started: float) -> Minimized:
+    """The search (by the judge `make_judge(on_step=...)` makes), its progress shown, and the
+    result."""
 
     def heard(step: Step) -> None:
         least = min((s.size for s in judge.steps if s.shows), default=count)
@@ -210,7 +211,9 @@ def _shrunk(parts: ModuleParts, judge: Judge, started: float) -> Minimized:
         note = f"cut {len(judge.steps)}: {step.size} bindings {verdict}; smallest so far {least}"
         progress.step(count - least, note)
 
-    judge.on_step = heard
+    judge = make_judge(on_step=heard)
+    fn, count = judge.builds.fn, len(judge.cuts)
+    progress = parts.progress(f"minimize {fn}", count, "bindings cut away")
     result = Minimized(parts.name, fn, judge.fault, count, values=judge.values.described)
     try:
         everything = judge.cuts.closed(range(count))

@@ -22,8 +22,8 @@ import tvm
 from ...errors import CallError
 from ..inspect.tracing import tapped
 from ..models.importing import TorchOrigin
-from .bisecting import NEEDED, skip_keys, units
 from .cutting import PARAM, DataflowCut, enters, module_of, written_in_place
+from .worker_builds import NEEDED, skip_keys, units
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,11 @@ from ..inspect import comparing, kernel_compare, lowered_views, profiling, traci
 from ..live.cells import RELAX
 from ..module_parts import ModuleParts
 from ..user_files import write_whole
-from .bisecting import Bisection, ir_changes, units, worker_inputs
+from .bisecting import Bisection
 from .cut_judging import Builds
 from .minimizing import Minimized
 from .report_page import Code, Section, Table, Verdict, page
+from .worker_builds import ir_changes, units, worker_inputs
 
 MAX_LINES = 400  # lines of one piece of code (a diff, a kernel) the page shows
 MAX_ARRAY_TEXT = 65536  # characters of one array literal a repro keeps on the page
@@ -240,10 +241,10 @@ def _repro_block(repro, feature: str):
         return f"{feature} found no fault: no repro"
     if repro.missing:
         return f"no repro: {repro.missing}"
-    return Code(_arrays_summarized(repro.text), f"the repro ({feature}'s .save() writes it)")
+    return Code(summarized(repro.text), f"the repro ({feature}'s .save() writes it)")
 
 
-def _arrays_summarized(text: str) -> str:
+def summarized(text: str) -> str:
     """A repro's text, each array literal longer than `MAX_ARRAY_TEXT` replaced by a note."""
 
     def short(match: re.Match) -> str:

@@ -98,9 +98,7 @@ class Features:
         result's `.minimize()` cuts to what its pass still breaks."""
         return minimizing.minimize(self._parts, fn, args, reference, rtol, atol)
 
-    def report(
-        self, fn: str, *args, path: str = "report.html", bisect=None, minimize=None
-    ) -> str:
+    def report(self, fn: str, *args, path: str = "report.html", bisect=None, minimize=None) -> str:
         """Write one self-contained HTML file for an upstream report of `fn` on `args`: versions,
         the CPU, the options; `fn` and each pass that changed it (a diff); its kernels' TIR;
         `compare` and `profile`; the `bisect` and `minimize` results given, with their repros.
