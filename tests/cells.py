@@ -128,3 +128,32 @@ def pmadd(a: T.handle, b: T.handle):
     for i in range(4):
         B[i] = T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", A[i], A[i])
 """
+
+
+# TVM 0.27's RewriteDataflowReshape makes `y = R.reshape(x)` a view of the argument `x`, so the
+# call_tir_inplace on `y` writes into the caller's `x` (and `v` is 2x + 2 where 2x + 1 is right).
+# The module must be named `reshape` (`cls = reshape`).
+RESHAPE_THEN_IN_PLACE = """
+@T.prim_func
+def add_one(a: T.Buffer((8,), "float32")):
+    for i in range(8):
+        a[i] = a[i] + T.float32(1)
+
+@R.function
+def main(
+    x: R.Tensor((2, 4), "float32"), w: R.Tensor((8,), "float32")
+) -> R.Tensor((8,), "float32"):
+    cls = reshape
+    with R.dataflow():
+        h = R.nn.relu(R.multiply(w, w))
+        g = R.add(h, w)
+        y = R.reshape(x, (8,))
+        z = R.call_tir_inplace(
+            cls.add_one, (y,), out_ty=R.Tensor((8,), "float32"), inplace_indices=[0]
+        )
+        v = R.add(z, R.reshape(x, (8,)))
+        o = R.multiply(v, g)
+        q = R.nn.softmax(o)
+        R.output(q)
+    return q
+"""

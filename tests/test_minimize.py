@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from cells import RESHAPE_THEN_IN_PLACE
 from torch import nn
 from tvm import relax
 from tvm.script import ir as I
@@ -42,31 +43,6 @@ from tvm_pyfunc_nb._core.faults import (
 from tvm_pyfunc_nb._views import render
 from tvm_pyfunc_nb.errors import CallError
 
-RESHAPE_THEN_IN_PLACE = """
-@T.prim_func
-def add_one(a: T.Buffer((8,), "float32")):
-    for i in range(8):
-        a[i] = a[i] + T.float32(1)
-
-@R.function
-def main(
-    x: R.Tensor((2, 4), "float32"), w: R.Tensor((8,), "float32")
-) -> R.Tensor((8,), "float32"):
-    cls = reshape
-    with R.dataflow():
-        h = R.nn.relu(R.multiply(w, w))
-        g = R.add(h, w)
-        y = R.reshape(x, (8,))
-        z = R.call_tir_inplace(
-            cls.add_one, (y,), out_ty=R.Tensor((8,), "float32"), inplace_indices=[0]
-        )
-        v = R.add(z, R.reshape(x, (8,)))
-        o = R.multiply(v, g)
-        q = R.nn.softmax(o)
-        R.output(q)
-    return q
-"""
-
 # AVX2's pmadd.wd by name in a kernel of a Relax function, for a CPU without AVX2: LLVM aborts
 PMADD = """
 @T.prim_func(s_tir=True)
@@ -74,9 +50,10 @@ def pmadd(A: T.Buffer((4, 16), "int16"), B: T.Buffer((4, 8), "int32")):
     for i in range(4):
         with T.sblock("b"):
             vi = T.axis.spatial(4, i)
-            a = A[vi, T.ramp(0, 1, 16)]
-            pmadd = "llvm.x86.avx2.pmadd.wd"
-            B[vi, T.ramp(0, 1, 8)] = T.call_llvm_pure_intrin("int32x8", pmadd, a, a)
+            B[vi, T.ramp(0, 1, 8)] = T.call_llvm_pure_intrin(
+                "int32x8", "llvm.x86.avx2.pmadd.wd",
+                A[vi, T.ramp(0, 1, 16)], A[vi, T.ramp(0, 1, 16)],
+            )
 
 @R.function
 def main(

@@ -112,4 +112,4 @@ def test_a_repro_on_the_page_leaves_its_long_arrays_to_the_file():
     short, long = "QUJD", "A" * (reporting.MAX_ARRAY_TEXT + 10)
     text = reporting.summarized(f'INPUTS = _load("{short}")\nconsts = _constants("{long}")')
     assert f'_load("{short}")' in text and long not in text
-    assert '_constants("…")  # 64 KB of base64 .npz, in the file .save() writes' in text
+    assert '_constants("… 64 KB of base64 .npz: in the file .save() writes")' in text

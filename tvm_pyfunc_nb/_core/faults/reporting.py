@@ -249,7 +249,7 @@ def summarized(text: str) -> str:
 
     def short(match: re.Match) -> str:
         size = len(match.group(1))
-        return f'"…"  # {size // 1024} KB of base64 .npz, in the file .save() writes'
+        return f'"… {size // 1024} KB of base64 .npz: in the file .save() writes"'
 
     return re.sub(rf'"([A-Za-z0-9+/=]{{{MAX_ARRAY_TEXT},}})"', short, text)
 
