@@ -92,7 +92,8 @@ class Ran:
 
 
 class Builds:
-    """The builds of one minimization, in the build worker."""
+    """Builds of one function in the build worker (minimize's cuts, report's passes): a crash or
+    an error is an outcome (`Ran`), not an exception."""
 
     def __init__(self, parts: ModuleParts, fn: str):
         self.parts, self.fn = parts, fn

@@ -162,8 +162,8 @@ def minimize(
 
 
 def minimize_bisection(result) -> Minimized:
-    """The cut of a bisect result's function that the same pass still breaks: its numbers
-    change with the pass, or its build crashes there."""
+    """The cut of a bisect result's function (a `Bisection`, which keeps its search) that the
+    same pass still breaks: its numbers change with the pass, or its build crashes there."""
     started = time.perf_counter()
     search = getattr(result, "search", None)
     if not result.found or search is None:
@@ -208,7 +208,8 @@ def _shrunk(parts: ModuleParts, make_judge: Callable[..., Judge], started: float
     def heard(step: Step) -> None:
         least = min((s.size for s in judge.steps if s.shows), default=count)
         verdict = "shows the fault" if step.shows else "does not"
-        note = f"cut {len(judge.steps)}: {step.size} bindings {verdict}; smallest so far {least}"
+        bindings = f"{step.size} binding{'s' * (step.size != 1)}"
+        note = f"cut {len(judge.steps)}: {bindings} {verdict}; smallest so far {least}"
         progress.step(count - least, note)
 
     judge = make_judge(on_step=heard)
@@ -289,12 +290,13 @@ def _returned(cuts: DataflowCut) -> list[int | None]:
 
 
 def _heard_runs(heard: list[str]) -> tuple[PassRun, ...]:
-    """The passes a build that did not finish ran, from the stages it reported."""
-    names = [text.split(" pass ", 1)[1] for text in heard if " pass " in text]
+    """The passes a build that did not finish ran, from the stages it reported ("pipeline pass
+    FuseOps", "tir pass tirx.VectorizeLoop")."""
+    stages = [text.split(" pass ", 1) for text in heard if " pass " in text]
     seen: Counter = Counter()
     runs = []
-    for i, name in enumerate(names):
-        runs.append(PassRun(i, name, seen[name], 0, PIPELINE, True))
+    for i, (phase, name) in enumerate(stages):
+        runs.append(PassRun(i, name, seen[name], 0, phase, True))
         seen[name] += 1
     return tuple(r for r in runs if not is_container(r.name))
 
