@@ -62,6 +62,7 @@ SECONDS = {
     "notebooks/12_inside_the_compiled_model.ipynb": 22,
     "notebooks/12_inside_the_compiled_model.ipynb[x86-64-v3]": 22,
     "tests/test_build_worker.py": 20,
+    "tests/test_verdicts.py": 25,
     "tests/test_bringing_in.py": 18,
     "tests/test_tune_relax.py": 15,
     "tests/test_fuzz.py": 7,

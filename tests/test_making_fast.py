@@ -323,7 +323,7 @@ def test_lowered_and_source_are_computed_on_demand_not_on_a_call(shell, monkeypa
     assert made == []  # calls and compiles computed neither
     records = list(demo.stats.compiles)
     assert {r.kind for r in records} == {"tir", "vm"}
-    assert all(set(vars(r)) == {"kind", "functions", "target", "seconds", "when"} for r in records)
+    assert all(set(vars(r)) == {"kind", "functions", "target", "seconds", "end"} for r in records)
 
     demo.lowered("mm"), demo.source("mm"), demo.lowered("mlp"), demo.source("mlp")
     assert {"lowered_prim_func", "lowered_relax", "generated_source"} <= set(made)

@@ -129,6 +129,22 @@ def cached_kernels_reach_the_server(shell, server):
     assert cache.summary().entries == entries
 
 
+class AddsOne(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2
+
+
+def test_a_model_that_writes_into_its_input_writes_into_the_callers_tensor(shell, server):
+    """The remote device wrote into its copy, and the caller's tensor stayed as it was."""
+    demo = shell.run(f"%tvmmodule demo --rpc {server.address}")
+    demo.add_torch(AddsOne(), (X.clone(),))
+    x = X.clone()
+    assert torch.equal(demo.main(x), (X + 1) * 2) and torch.equal(x, X + 1)
+    comparison = demo.compare("main", AddsOne(), X)
+    assert comparison.passed and [name for name, _ in comparison.written] == ["x"]
+
+
 def test_time_measures_on_the_remote_device(shell, server):
     remote_cell(shell, server, MAIN_RELAX)
     timing = shell.ns["demo"].time("main_relax", X, Y, number=20, repeat=3)

@@ -75,7 +75,7 @@ from ..build.worker.process import Crash
 from ..feature_checks import check_comparison
 from ..inspect.comparing import Difference, error_cells, output_differences
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 from .isolation import in_worker
 from .primfunc_runs import BuildKernelAndRun
@@ -399,7 +399,7 @@ def _reference(parts: ModuleParts, fn: str, args: tuple, reference) -> tuple[Any
             reference(*written)
         return written, described
     with torch.no_grad():
-        return reference(*args), described
+        return reference(*own_copies(args)), described
 
 
 def _flat(value) -> list:
