@@ -169,7 +169,7 @@ class Judge:
         return self.seen[kept]
 
     def judge(self, cut: Cut, mod: tvm.IRModule) -> tuple[bool, str]:
-        inputs = [self.values.value(s) for s in cut.entering]
+        inputs = [self.values.of(s) for s in cut.entering]
         ran = self.builds.run(mod, inputs)
         fault = self.fault
         if fault.kind == CRASH:
@@ -218,7 +218,7 @@ class Judge:
     def expected(self, cut: Cut) -> list[np.ndarray | None]:
         """The reference's value of each value the cut returns, flat."""
         return [
-            None if src is None else self.values.value(src)
+            None if src is None else self.values.of(src)
             for index in cut.outputs
             for src in self.cuts.leaves(index)
         ]

@@ -235,7 +235,7 @@ def _found(result: Minimized, judge: Judge, kept: frozenset[int]) -> None:
     result.detail = next(
         (s.detail for s in reversed(judge.steps) if s.shows and s.size == cut.size), ""
     )
-    result.inputs = [judge.values.value(s) for s in cut.entering]
+    result.inputs = [judge.values.of(s) for s in cut.entering]
     result.module_ir = judge.module(cut)
     result.repro = repro_of(judge, result)
 

@@ -35,7 +35,8 @@ class ReferenceValues:
     outputs: list[np.ndarray] | None  # what the function returned (flat); None: it did not run
     described: str  # where the values came from, as the result says it
 
-    def value(self, source: tuple[str, int]) -> np.ndarray:
+    def of(self, source: tuple[str, int]) -> np.ndarray:
+        """The value of a parameter `(PARAM, i)` or a binding `(BINDING, i)`."""
         return values_of(source, self.arguments, self.bindings)
 
 
