@@ -2,6 +2,10 @@
 
 import textwrap
 
+import numpy as np
+import tvm
+from tvm import relax
+
 
 def elementwise_kernel(
     name: str, value: str, *, b_dtype: str = "float32", decorator: str = "@T.prim_func"
@@ -157,3 +161,19 @@ def main(
         R.output(q)
     return q
 """
+
+
+def tensor_to_shape_then_add() -> tvm.IRModule:
+    """apache/tvm#20192's pattern after a few bindings of a model: a reshape to
+    `R.tensor_to_shape` of a tensor computed from constants, then an add, which TVM 0.27's default
+    pipeline leaves to VM codegen ("CodeGenVM cannot emit this Relax operator directly")."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("data", relax.TensorType([2, 8], "float32"))
+    w = relax.Var("w", relax.TensorType([2, 8], "float32"))
+    with bb.function("main", [x, w]):
+        h = bb.emit(relax.op.add(relax.op.nn.relu(relax.op.multiply(x, w)), w))
+        t = bb.emit(relax.op.add(relax.const(np.array([4, 4])), relax.const(np.array([0, 0]))))
+        y = bb.emit(relax.op.reshape(h, bb.emit(relax.op.tensor_to_shape(t))))
+        z = bb.emit(relax.op.add(y, y))
+        bb.emit_func_output(bb.emit(relax.op.nn.softmax(z)))
+    return bb.get()

@@ -23,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import tvm
-from cells import RESHAPE_THEN_IN_PLACE
+from cells import RESHAPE_THEN_IN_PLACE, tensor_to_shape_then_add
 from torch import nn
 from tvm import relax
 from tvm.script import ir as I
@@ -258,20 +257,6 @@ def test_llvm_aborting_on_an_intrinsic_for_another_cpu_is_cut_to_its_kernel(tmp_
     assert "CRASHES: killed by SIGABRT" in shows.stdout
     with pytest.raises(CallError, match="minimize"):  # a PrimFunc has no bindings to cut
         live.minimize("pmadd", torch.ones(4, 16, dtype=torch.int16), torch.ones(4, 8))
-
-
-def tensor_to_shape_then_add() -> tvm.IRModule:
-    """apache/tvm#20192's pattern after a few bindings of a model."""
-    bb = relax.BlockBuilder()
-    x = relax.Var("data", relax.TensorType([2, 8], "float32"))
-    w = relax.Var("w", relax.TensorType([2, 8], "float32"))
-    with bb.function("main", [x, w]):
-        h = bb.emit(relax.op.add(relax.op.nn.relu(relax.op.multiply(x, w)), w))
-        t = bb.emit(relax.op.add(relax.const(np.array([4, 4])), relax.const(np.array([0, 0]))))
-        y = bb.emit(relax.op.reshape(h, bb.emit(relax.op.tensor_to_shape(t))))
-        z = bb.emit(relax.op.add(y, y))
-        bb.emit_func_output(bb.emit(relax.op.nn.softmax(z)))
-    return bb.get()
 
 
 def test_an_upstream_compile_error_is_cut_to_its_bindings(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cells import tensor_to_shape_then_add
 from torch import nn
 from tvm import relax
 
@@ -74,7 +75,7 @@ def test_the_report_holds_every_section_and_nothing_of_this_machine(
     assert not re.search(r"(src|href)=\"?(https?:)?//", text)
 
 
-def test_a_build_that_crashes_is_reported_without_running_it(pipelines, tmp_path):
+def test_a_build_that_crashes_or_fails_is_reported_without_running_it(pipelines, tmp_path):
     live = LiveModule("crashing", pipeline="aborts")
     live.run_cell(
         """
@@ -90,6 +91,11 @@ def f(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
     assert text.count("not run: the build crashes") == 3  # kernels, compare, profile
     with pytest.raises(CallError, match="report: bisect= takes what bisect returned"):
         live.report("f", torch.ones(4), path=str(tmp_path / "x.html"), bisect="no")
+    failing = LiveModule("failing")  # a build that fails, with TVM's error
+    failing.add(tensor_to_shape_then_add()["main"], name="fails")
+    text = Path(failing.report("fails", torch.ones(2, 8), torch.ones(2, 8), path=path)).read_text()
+    assert "The build fails" in text and "CodeGenVM cannot emit" in text
+    assert text.count("not run: the build fails") == 3
     (tmp_path / "elsewhere.html").write_text("keep me")
     (tmp_path / "link.html").symlink_to(tmp_path / "elsewhere.html")
     with pytest.raises(FileWriteError, match="symbolic link"):

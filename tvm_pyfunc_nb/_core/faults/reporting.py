@@ -61,11 +61,10 @@ def report(parts: ModuleParts, fn: str, args: tuple, path: str, bisect=None, min
             )
     mod, inputs = worker_inputs(parts, fn, args, "report")
     sections = [environment(parts), imported(parts, fn)]
-    passes, crashed = pass_history(parts, fn, mod, inputs)
+    passes, why_not = pass_history(parts, fn, mod, inputs)
     sections.append(passes)
-    if crashed:
-        why = f"not run: the build crashes ({crashed})"
-        sections += [Section(k, t, [why]) for k, t in _RUN_SECTIONS]
+    if why_not:
+        sections += [Section(k, t, [f"not run: {why_not}"]) for k, t in _RUN_SECTIONS]
     else:
         sections += [kernels(parts, fn), compared(parts, fn, args), profiled(parts, fn, args)]
     if bisect is not None:
@@ -124,16 +123,15 @@ def imported(parts: ModuleParts, fn: str) -> Section:
 
 def pass_history(parts: ModuleParts, fn: str, mod, inputs) -> tuple[Section, str]:
     """The passes of the Relax pipeline that changed `fn`'s module, each as a diff (from a build
-    in the worker that keeps the IR around each); and how the build crashed ("" if it did
-    not)."""
+    in the worker that keeps the IR around each); and why what runs the build cannot run ("" when
+    the build builds and runs)."""
     builds = Builds(parts, fn)
     listing = builds.run(mod, inputs)
     section = Section("passes", "The passes that changed it")
-    if listing.crash is not None:
-        section.blocks.append(Verdict(f"The build crashes: {listing.why}", True))
-        return section, listing.why
     if listing.outputs is None:
-        section.blocks.append(Verdict(f"The build fails: {listing.why}", True))
+        ends = "crashes" if listing.crash is not None else "fails"
+        section.blocks.append(Verdict(f"The build {ends}: {listing.why}", True))
+        return section, f"the build {ends} ({listing.why})"
     runs = [r for r in units(listing.passes) if r.phase == PIPELINE and "." not in r.name]
     kept = builds.run(mod, inputs, snapshots=frozenset(r.key for r in runs))
     changed = 0
