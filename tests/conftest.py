@@ -53,7 +53,7 @@ SECONDS = {
     "tests/browser/test_jupyterlab.py": 23,
     "tests/test_bisect.py": 45,
     "tests/test_minimize.py": 115,
-    "tests/test_report.py": 25,
+    "tests/test_report.py": 35,
     "tests/browser/test_report.py": 25,
     "notebooks/11_finding_the_pass_that_broke_it.ipynb": 40,
     "notebooks/00_tour.ipynb": 35,
