@@ -25,17 +25,17 @@ from tvm import relax
 from workload import primfunc
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core.build import Build
-from tvm_pyfunc_nb._core.build_worker import (
+from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.library_files import write_library
+from tvm_pyfunc_nb._core.build.linking import called_prim_funcs
+from tvm_pyfunc_nb._core.build.stats import CompileStats
+from tvm_pyfunc_nb._core.build.worker import (
     BuildWorker,
     build_and_run,
     build_kernels,
     link_executable,
     lower,
 )
-from tvm_pyfunc_nb._core.compile_stats import CompileStats
-from tvm_pyfunc_nb._core.library_files import write_library
-from tvm_pyfunc_nb._core.linking import called_prim_funcs
 from tvm_pyfunc_nb._core.options import ModuleOptions
 
 OPTIONS = ModuleOptions()

@@ -17,8 +17,8 @@ from harness import scratch
 from workload import primfunc
 
 from tvm_pyfunc_nb import CompileCache, LiveModule
-from tvm_pyfunc_nb._core.build import Build
-from tvm_pyfunc_nb._core.compile_stats import CompileStats
+from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.stats import CompileStats
 from tvm_pyfunc_nb._core.options import ModuleOptions
 
 

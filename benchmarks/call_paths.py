@@ -20,7 +20,7 @@ from cells import ADD_TIR
 from harness import module_cell, notebook_shell, per_call
 from tvm.relax.base_py_module import BasePyModule
 
-from tvm_pyfunc_nb._core import py_registry
+from tvm_pyfunc_nb._core.run import py_registry
 from tvm_pyfunc_nb.testing import NotebookShell
 
 FUNCTIONS = ADD_TIR + textwrap.dedent("""
@@ -128,7 +128,7 @@ def callback_floor(demo, x, number: int, rounds: int) -> dict:
 def site_name(module: str, caller: str, pyfunc: str) -> str:
     """The registry name of the one `R.call_py_func` site of `caller` calling `pyfunc` in live
     module `module`: `{prefix}.{caller}.{pyfunc}.{index}.{types hash}`, the prefix
-    `tvmnb<N>.<module>` (`tvm_pyfunc_nb._core.trampolines`).
+    `tvmnb<N>.<module>` (`tvm_pyfunc_nb._core.run.trampolines`).
     """
     found = [
         n

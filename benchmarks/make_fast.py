@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from harness import module_cell, notebook_shell
 
-from tvm_pyfunc_nb._core.timing import wall_clock_samples
+from tvm_pyfunc_nb._core.inspect.timing import wall_clock_samples
 
 # No spaces: IPython's magic-line splitter keeps quotes, so the README's quoted form
 # `--target '{"kind": "llvm", "mcpu": "native"}'` reaches TVM with its quotes and is refused.

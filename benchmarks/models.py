@@ -32,7 +32,7 @@ import torch
 from harness import module_cell, notebook_shell
 from make_fast import BATCH, MLP, SIZES, compare, inductor, torch_mlp
 
-from tvm_pyfunc_nb._core.timing import tvm_threads
+from tvm_pyfunc_nb._core.inspect.timing import tvm_threads
 
 # The settings each model is timed under (`%%tvmmodule` options). `tune("main")` rows are a
 # variant of the default module tuned after it is built: add them here.

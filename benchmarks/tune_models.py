@@ -21,7 +21,7 @@ from harness import notebook_shell
 from make_fast import compare
 from torch import nn
 
-from tvm_pyfunc_nb._core.tuning import import_tensor_intrinsics
+from tvm_pyfunc_nb._core.tuning.measuring import import_tensor_intrinsics
 
 NATIVE = '{"kind":"llvm","mcpu":"native"}'  # no spaces: IPython's magic line keeps quotes
 

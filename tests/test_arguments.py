@@ -14,7 +14,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.arguments import (
+from tvm_pyfunc_nb._core.run.arguments import (
     TensorSpec,
     allocate_outputs,
     function_name,

@@ -12,7 +12,7 @@ import torch
 from tvm import relax
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core.torch_source import FAITHFUL_OPS, _attrs
+from tvm_pyfunc_nb._core.models.torch_source import FAITHFUL_OPS, _attrs
 from tvm_pyfunc_nb.testing import AVX2_TARGET, second_run_here
 
 

@@ -54,7 +54,7 @@ def model_bisected(pipelines):
     x = torch.randn(2, 16)
     live.add_torch(model.eval(), (x,))
     steps = []
-    from tvm_pyfunc_nb._core import bisecting
+    from tvm_pyfunc_nb._core.faults import bisecting
 
     def heard(k, note):
         steps.append(k)

@@ -1,4 +1,4 @@
-"""bisect's repro writer on its own (`_core/bisect_repro.py`): passes made by name, IR written
+"""bisect's repro writer on its own (`faults/bisect_repro.py`): passes made by name, IR written
 as TVMScript that parses with its weights, inputs that travel in the file, and the reasons a
 repro cannot be written. The whole search and a repro run in a fresh process: test_bisect.py."""
 
@@ -17,7 +17,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core import bisect_repro
+from tvm_pyfunc_nb._core.faults import bisect_repro
 
 
 def test_a_pass_tvm_makes_without_arguments_is_written_by_name():

@@ -28,16 +28,16 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core.build_worker.child import error_payload, rebuild_error
-from tvm_pyfunc_nb._core.build_worker.jobs import (
+from tvm_pyfunc_nb._core.build.worker.child import error_payload, rebuild_error
+from tvm_pyfunc_nb._core.build.worker.jobs import (
     build_and_run,
     build_kernels,
     import_torch,
     link_executable,
     lower,
 )
-from tvm_pyfunc_nb._core.build_worker.pass_log import leaves
-from tvm_pyfunc_nb._core.build_worker.process import BuildWorker
+from tvm_pyfunc_nb._core.build.worker.pass_log import leaves
+from tvm_pyfunc_nb._core.build.worker.process import BuildWorker
 from tvm_pyfunc_nb._core.options import ModuleOptions
 from tvm_pyfunc_nb.errors import CompileError, TVMModuleError, WorkerCrash
 
@@ -312,7 +312,7 @@ def test_a_model_imported_there_is_the_model_imported_here(worker):
     comes out the same from the worker's translation."""
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-    from tvm_pyfunc_nb._core.importing import _binding_nodes, _constant_names
+    from tvm_pyfunc_nb._core.models.importing import _binding_nodes, _constant_names
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
     exported = torch.export.export(model, (torch.ones(2, 4),)).run_decompositions()

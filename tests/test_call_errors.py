@@ -14,8 +14,10 @@ import torch
 import tvm
 
 from tvm_pyfunc_nb import CallError, PyFuncError, TVMModuleError, UnknownFunctionError
-from tvm_pyfunc_nb._core.arguments import TensorSpec
-from tvm_pyfunc_nb._core.call_errors import (
+from tvm_pyfunc_nb._core.live.cells import FunctionSource
+from tvm_pyfunc_nb._core.live.contributions import FunctionEntry
+from tvm_pyfunc_nb._core.run.arguments import TensorSpec
+from tvm_pyfunc_nb._core.run.call_errors import (
     bad_pyfunc_arguments,
     explain_bad_call,
     pending_error,
@@ -26,8 +28,6 @@ from tvm_pyfunc_nb._core.call_errors import (
     unknown_function,
     wrong_kind,
 )
-from tvm_pyfunc_nb._core.cells import FunctionSource
-from tvm_pyfunc_nb._core.contributions import FunctionEntry
 
 SPECS = [TensorSpec("x", ("n",), "float32"), TensorSpec("y", ("n",), "float32")]
 TVM_SAYS = RuntimeError("Check failed: (x.ndim == 1) is false")

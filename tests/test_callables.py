@@ -13,7 +13,7 @@ from cells import ADD_TIR
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError, LiveModule, PyFuncError
-from tvm_pyfunc_nb._core.callables import (
+from tvm_pyfunc_nb._core.run.callables import (
     LazyCallable,
     call_dps_packed,
     pyfunc_callable,

@@ -30,17 +30,17 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
-from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
-from tvm_pyfunc_nb._core.trust import files_problem
-from tvm_pyfunc_nb._core.tuning import (
+from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
+from tvm_pyfunc_nb._core.build.trust import files_problem
+from tvm_pyfunc_nb._core.tuning.entry import unscheduled
+from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
+from tvm_pyfunc_nb._core.tuning.records import (
     RECORD_FILES,
     TuningRecords,
-    kernel_tasks,
     open_database,
     target_digest,
-    tuning_target,
-    unscheduled,
 )
+from tvm_pyfunc_nb._core.tuning.relax_kernels import kernel_tasks
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -883,8 +883,8 @@ def test_a_fresh_kernel_with_a_warm_cache_compiles_no_primfunc(tmp_path):
 EXIT_WITH_EXPORTS_QUEUED = """
 import sys, tvm
 from tvm_pyfunc_nb import CompileCache, LiveModule
-from tvm_pyfunc_nb._core import compile_cache
-compile_cache._Writer.EXIT_GRACE_SECONDS = 0  # what a long queue comes to once the grace is over
+from tvm_pyfunc_nb._core.build import disk_cache
+disk_cache._Writer.EXIT_GRACE_SECONDS = 0  # what a long queue comes to once the grace is over
 cache = CompileCache(sys.argv[1])
 live = LiveModule("m")
 live.run_cell(sys.argv[2])

@@ -13,15 +13,15 @@ import torch
 import tvm
 
 from tvm_pyfunc_nb import CompileError, IllFormedModuleError
-from tvm_pyfunc_nb._core.assembly import Assembly
-from tvm_pyfunc_nb._core.build import Build
-from tvm_pyfunc_nb._core.call_table import CallRecord, CallTable, call_record
-from tvm_pyfunc_nb._core.cells import split_cell
-from tvm_pyfunc_nb._core.compile_stats import CompileStats
-from tvm_pyfunc_nb._core.compiler import Compiler
-from tvm_pyfunc_nb._core.contributions import from_cell, owners
+from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.compiler import Compiler
+from tvm_pyfunc_nb._core.build.stats import CompileStats
+from tvm_pyfunc_nb._core.live.assembly import Assembly
+from tvm_pyfunc_nb._core.live.cells import split_cell
+from tvm_pyfunc_nb._core.live.contributions import from_cell, owners
 from tvm_pyfunc_nb._core.options import ModuleOptions
-from tvm_pyfunc_nb._core.trampolines import PyFuncBridge
+from tvm_pyfunc_nb._core.run.call_table import CallRecord, CallTable, call_record
+from tvm_pyfunc_nb._core.run.trampolines import PyFuncBridge
 
 ADD_ONE = """
 @T.prim_func

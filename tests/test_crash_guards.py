@@ -21,7 +21,8 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.crash_guards import (
+from tvm_pyfunc_nb._core.build import cpu_schedules
+from tvm_pyfunc_nb._core.build.crash_guards import (
     guard,
     guard_bounds,
     guard_division,
@@ -29,8 +30,7 @@ from tvm_pyfunc_nb._core.crash_guards import (
     missing_symbols,
     out_of_bounds,
 )
-from tvm_pyfunc_nb._core.live_module import LiveModule
-from tvm_pyfunc_nb._core.tuning import cpu_schedules
+from tvm_pyfunc_nb._core.live.live_module import LiveModule
 
 # An x86-64 CPU for each vector width: (float32 lanes, mcpu)
 WIDTHS = [(4, "x86-64"), (8, "haswell"), (16, "skylake-avx512")]
@@ -330,7 +330,7 @@ def test_a_kernel_the_cpu_schedule_vectorized_compiles_with_its_guards(lanes, mc
 
 
 def _lowered(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    from tvm_pyfunc_nb._core.crash_guards import LOWER_SBLOCKS
+    from tvm_pyfunc_nb._core.build.crash_guards import LOWER_SBLOCKS
 
     return LOWER_SBLOCKS(tvm.IRModule({"main": func}))["main"]
 

@@ -13,14 +13,14 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.cells import split_cell
-from tvm_pyfunc_nb._core.editing import (
+from tvm_pyfunc_nb._core.live.cells import split_cell
+from tvm_pyfunc_nb._core.live.editing import (
     ConstantTable,
     function_text,
     name_constants,
     tensor_constants,
 )
-from tvm_pyfunc_nb._core.tvmscript_parse import parse_fragment
+from tvm_pyfunc_nb._core.live.tvmscript_parse import parse_fragment
 
 WEIGHT = np.arange(4, dtype="float32")
 BIAS = np.ones(4, dtype="float32")

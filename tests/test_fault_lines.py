@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tvm_pyfunc_nb import LiveModule
-from tvm_pyfunc_nb._core.cells import FunctionSource
-from tvm_pyfunc_nb._core.fault_lines import (
+from tvm_pyfunc_nb._core.live.cells import FunctionSource
+from tvm_pyfunc_nb._core.live.fault_lines import (
     call_line,
     calls_py_func,
     refers_to,

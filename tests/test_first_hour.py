@@ -21,7 +21,7 @@ from tvm import relax, tirx
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError, CompileError, IllFormedModuleError, TVMScriptError
-from tvm_pyfunc_nb._core.timing import duration
+from tvm_pyfunc_nb._core.inspect.timing import duration
 
 X = torch.arange(4, dtype=torch.float32)
 Y = torch.ones(4)

@@ -21,8 +21,8 @@ from IPython.core.error import UsageError
 from tvm import relax
 
 from tvm_pyfunc_nb import CompileError, LiveModule, ModelImportError, TVMModuleError
-from tvm_pyfunc_nb._core.build_worker import shared_worker
-from tvm_pyfunc_nb._core.compile_cache import CompileCache
+from tvm_pyfunc_nb._core.build.disk_cache import CompileCache
+from tvm_pyfunc_nb._core.build.worker import shared_worker
 
 GENERIC_X86 = '{"kind": "llvm", "mcpu": "x86-64"}'
 PIPELINE = "aborts_in_a_pass"

@@ -1,4 +1,4 @@
-"""`kept_builds`: what a build keeps in memory, found by structure, bounded by versions.
+"""`build/in_memory.py`: what a build keeps in memory, found by structure, bounded by versions.
 
 Direct: PrimFuncs and modules that TVMScript parses, and the libraries a build would keep for
 them stood for by plain objects (the store never looks inside them).
@@ -10,9 +10,9 @@ import tvm
 import tvm_ffi
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core import kept_builds
-from tvm_pyfunc_nb._core.kept_builds import MAX_KEPT_VERSIONS, MAX_KEPT_VMS, KeptBuilds
-from tvm_pyfunc_nb._core.linking import Linked
+from tvm_pyfunc_nb._core.build import in_memory
+from tvm_pyfunc_nb._core.build.in_memory import MAX_KEPT_VERSIONS, MAX_KEPT_VMS, KeptBuilds
+from tvm_pyfunc_nb._core.build.linking import Linked
 
 
 def kernel(k: int) -> tvm.tirx.PrimFunc:
@@ -54,7 +54,7 @@ def test_the_versions_are_counted_per_function_and_the_store_is_bounded(monkeypa
     for name in "abc":
         kept.keep_kernel(name, kernel(ord(name)), object())
     assert kept.counts()["kernels"] == 3  # one version each: none pushed out
-    monkeypatch.setattr(kept_builds, "MAX_KEPT_LIBRARIES", 2)
+    monkeypatch.setattr(in_memory, "MAX_KEPT_LIBRARIES", 2)
     kept.keep_kernel("d", kernel(0), object())
     assert kept.counts()["kernels"] == 2
     assert kept.kernel("a", kernel(ord("a"))) is None  # the least recently used went first

@@ -10,8 +10,8 @@ import pytest
 from test_kept_builds import kernel
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core.build import Build
-from tvm_pyfunc_nb._core.compile_stats import CompileStats
+from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.stats import CompileStats
 from tvm_pyfunc_nb._core.options import ModuleOptions
 from tvm_pyfunc_nb.errors import CompileError
 
@@ -56,7 +56,7 @@ def test_a_kernel_built_here_is_a_module_that_runs_it():
     import numpy as np
     import tvm
 
-    from tvm_pyfunc_nb._core.kernel_builds import build_here
+    from tvm_pyfunc_nb._core.build.kernel_builds import build_here
 
     lib = build_here(tvm.IRModule({"main": kernel(3)}), tvm.target.Target("llvm"))
     a, b = tvm.runtime.tensor(np.arange(4, dtype="float32")), tvm.runtime.empty((4,), "float32")
@@ -65,7 +65,7 @@ def test_a_kernel_built_here_is_a_module_that_runs_it():
 
 
 def test_an_isolated_build_says_what_the_worker_said_last_and_refuses_rpc():
-    from tvm_pyfunc_nb._core.isolation import _last_words, isolate
+    from tvm_pyfunc_nb._core.faults.isolation import _last_words, isolate
     from tvm_pyfunc_nb.errors import TVMModuleError
 
     said = "compiling...\nLLVM ERROR: Do not know how to split the result\nStack dump:\n0. x"

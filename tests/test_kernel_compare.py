@@ -19,7 +19,7 @@ from tvm import relax
 from tvm.relax.pipeline import PIPELINE_MAP
 
 from tvm_pyfunc_nb import CallError, LiveModule
-from tvm_pyfunc_nb._core.kernel_compare import PLAIN
+from tvm_pyfunc_nb._core.inspect.kernel_compare import PLAIN
 from tvm_pyfunc_nb._views import render
 
 HERE = os.path.basename(__file__)

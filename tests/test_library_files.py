@@ -20,7 +20,7 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CompileCache
-from tvm_pyfunc_nb._core.library_files import load_library, write_library
+from tvm_pyfunc_nb._core.build.library_files import load_library, write_library
 from tvm_pyfunc_nb.errors import LibraryWriteError
 
 

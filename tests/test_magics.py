@@ -11,7 +11,7 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 from tvm_pyfunc_nb import CallError, TVMModuleError
-from tvm_pyfunc_nb._core.compile_cache import CompileCache
+from tvm_pyfunc_nb._core.build.disk_cache import CompileCache
 from tvm_pyfunc_nb._core.options import OPTIONS, ModuleOptions, default_of
 from tvm_pyfunc_nb._magics import TVMModuleMagics
 

@@ -31,8 +31,9 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core import build, lowering
-from tvm_pyfunc_nb._core.compile_cache import OWN_DIR
+from tvm_pyfunc_nb._core.build import build
+from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
+from tvm_pyfunc_nb._core.inspect import lowered_views
 from tvm_pyfunc_nb.errors import native_stderr_without
 
 # -- cells -----------------------------------------------------------------------------------------
@@ -305,13 +306,13 @@ def test_lowered_source_and_kernels_of_a_pyfunc_are_package_errors(shell):
 def test_lowered_and_source_are_computed_on_demand_not_on_a_call(shell, monkeypatch):
     made = []
     for helper in ("lowered_prim_func", "lowered_relax", "generated_source"):
-        real = getattr(lowering, helper)
+        real = getattr(lowered_views, helper)
 
         def spy(*args, _real=real, _helper=helper, **kwargs):
             made.append(_helper)
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(lowering, helper, spy)
+        monkeypatch.setattr(lowered_views, helper, spy)
 
     shell.cell("demo", MM128 + MLP, options="--pipeline zero")
     demo = shell.ns["demo"]

@@ -14,8 +14,8 @@ import torch
 import transformers
 from cells import PAIR
 
-from tvm_pyfunc_nb._core.comparing import WITHIN_ROUNDING, Comparison, difference
-from tvm_pyfunc_nb._core.tracing import summary
+from tvm_pyfunc_nb._core.inspect.comparing import WITHIN_ROUNDING, Comparison, difference
+from tvm_pyfunc_nb._core.inspect.tracing import summary
 from tvm_pyfunc_nb._views.render import summarize
 from tvm_pyfunc_nb.errors import CompileError, ModelImportError
 

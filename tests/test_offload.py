@@ -22,8 +22,14 @@ import tvm_ffi
 from torch import nn
 
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
-from tvm_pyfunc_nb._core import offload
-from tvm_pyfunc_nb._core.offload import PREFIX, TORCH, check_offload, offload_to_torch, torch_calls
+from tvm_pyfunc_nb._core.build import offload
+from tvm_pyfunc_nb._core.build.offload import (
+    PREFIX,
+    TORCH,
+    check_offload,
+    offload_to_torch,
+    torch_calls,
+)
 
 # The shared MLP, its last layer without relu: the output is a linear layer's (one addmm)
 MLP = cells.MLP.replace(

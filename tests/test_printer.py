@@ -25,7 +25,7 @@ from tvm.script import tirx as T
 from tvm.script.parser.core.entry import parse
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.printer import member_sources, module_script
+from tvm_pyfunc_nb._core.live.printer import member_sources, module_script
 from tvm_pyfunc_nb._views.render import escape, highlight_html
 
 

@@ -1,9 +1,9 @@
-"""The profile's result object on its own (`_core/profiling.py`): what its table says about rows
+"""The profile's result object on its own (`inspect/profiling.py`): what its table says about rows
 it is given, without compiling anything. The runs themselves are in test_profiling.py."""
 
 from __future__ import annotations
 
-from tvm_pyfunc_nb._core.profiling import VM, KernelTime, Profile
+from tvm_pyfunc_nb._core.inspect.profiling import VM, KernelTime, Profile
 
 ROWS = [
     KernelTime("fused_matmul_add", "kernel", 4, 0.003, 0.6, "lv1, lv2", "linear", "m.py:3"),

@@ -9,8 +9,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core.importing import typed_global_var
-from tvm_pyfunc_nb._core.relax_rewrite import (
+from tvm_pyfunc_nb._core.live.relax_rewrite import (
     dps_packed_calls,
     py_func_calls,
     rebind_global_vars,
@@ -20,6 +19,7 @@ from tvm_pyfunc_nb._core.relax_rewrite import (
     rename_py_func_calls,
     sub_module,
 )
+from tvm_pyfunc_nb._core.models.importing import typed_global_var
 
 
 @I.ir_module

@@ -27,7 +27,7 @@ from cells import ADD_TIR, MAIN_PYFUNC, MAIN_RELAX, MLP, RELAX_CALLS_BOTH, SCALE
 from tvm.rpc import base
 
 from tvm_pyfunc_nb import CallError, IllFormedModuleError, LiveModule, TVMModuleError
-from tvm_pyfunc_nb._core import rpc_connection
+from tvm_pyfunc_nb._core.run import rpc_connection
 from tvm_pyfunc_nb.testing import LocalRPC
 
 pytestmark = pytest.mark.slow

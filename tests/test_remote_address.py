@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tvm_pyfunc_nb import CallError, TVMModuleError
-from tvm_pyfunc_nb._core.remote import Address, RemoteSession, probe, release, session_for
+from tvm_pyfunc_nb._core.run.remote import Address, RemoteSession, probe, release, session_for
 
 
 def test_an_address_is_host_port_or_a_trackers_with_a_key():

@@ -10,7 +10,7 @@ import tvm
 from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 
 from tvm_pyfunc_nb import CallError, LiveModule
-from tvm_pyfunc_nb._core.runner import LocalRunner, Runner
+from tvm_pyfunc_nb._core.run.runner import LocalRunner, Runner
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.ones(5)

@@ -18,8 +18,8 @@ import tvm
 from tvm import relax
 
 from tvm_pyfunc_nb import CompileError, LiveModule, ScheduleWarning
-from tvm_pyfunc_nb._core.kernel_sites import recording
-from tvm_pyfunc_nb._core.source_sites import SourceSite, innermost_user_frame
+from tvm_pyfunc_nb._core.build.kernel_sites import recording
+from tvm_pyfunc_nb._core.models.source_sites import SourceSite, innermost_user_frame
 
 HERE = os.path.basename(__file__)
 pytestmark = pytest.mark.usefixtures("frozen_heap")

@@ -11,8 +11,8 @@ import tvm
 from cells import ADD_TIR
 
 from tvm_pyfunc_nb import LiveModule, TVMModuleError
+from tvm_pyfunc_nb._core.build.target_text import target_config
 from tvm_pyfunc_nb._core.options import TARGET_ENV, default_target
-from tvm_pyfunc_nb._core.target_text import target_config
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import torch
 import tvm
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.tensors import (
+from tvm_pyfunc_nb._core.run.tensors import (
     describe,
     device_name,
     dtype_name,

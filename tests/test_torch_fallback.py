@@ -10,7 +10,7 @@ import warnings
 import torch
 from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
-from tvm_pyfunc_nb._core.torch_fallback import fallbacks
+from tvm_pyfunc_nb._core.models.torch_fallback import fallbacks
 
 CONVERTERS = ExportedProgramImporter().convert_map
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from cells import ADD_TIR, RELAX_CALLS_BOTH, SCALE_PYFUNC
 
-from tvm_pyfunc_nb._core import torch_source
+from tvm_pyfunc_nb._core.models import torch_source
 
 MLP = """
 @R.function

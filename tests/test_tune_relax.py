@@ -153,7 +153,7 @@ def test_dlight_on_a_cpu_relax_function_without_gemv_or_reductions_says_so(shell
 
 SCANS = """
 import inspect, sys
-from tvm_pyfunc_nb._core.tuning import import_tensor_intrinsics
+from tvm_pyfunc_nb._core.tuning.measuring import import_tensor_intrinsics
 
 scans = []  # the files inspect.getmodule scans every loaded module for (its caches know none)
 getmodule = inspect.getmodule

@@ -12,8 +12,8 @@ from tvm.script import relax as R
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import TVMScriptError
-from tvm_pyfunc_nb._core.cells import split_cell
-from tvm_pyfunc_nb._core.tvmscript_parse import parse_fragment
+from tvm_pyfunc_nb._core.live.cells import split_cell
+from tvm_pyfunc_nb._core.live.tvmscript_parse import parse_fragment
 
 NAMESPACE = {"T": T, "R": R, "I": I, "BasePyModule": BasePyModule}
 CALLS_ADD = """

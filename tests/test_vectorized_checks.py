@@ -12,7 +12,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvm_pyfunc_nb._core.vectorized_checks import out_of_vector_loops
+from tvm_pyfunc_nb._core.build.vectorized_checks import out_of_vector_loops
 
 
 @T.prim_func

@@ -10,9 +10,9 @@ The supported surface is what this module exports, `tvm_pyfunc_nb.testing`
 with `_` are internal.
 """
 
-from ._core.assembly import UpdateResult
-from ._core.compile_cache import CompileCache
-from ._core.live_module import LiveModule
+from ._core.build.disk_cache import CompileCache
+from ._core.live.assembly import UpdateResult
+from ._core.live.live_module import LiveModule
 from ._magics import load_ipython_extension, unload_ipython_extension
 from ._version import __version__
 from .errors import (

@@ -17,8 +17,8 @@ from IPython.paths import get_ipython_cache_dir
 from traitlets import Bool, Float, Int, Unicode, default
 
 from ._core import front_end_port
-from ._core.compile_cache import CompileCache
-from ._core.live_module import LiveModule
+from ._core.build.disk_cache import CompileCache
+from ._core.live.live_module import LiveModule
 from ._core.options import OPTION_BY_NAME, OPTIONS, ModuleOptions, Option
 from ._views import notebook_front_end
 from ._views.render import ModuleList

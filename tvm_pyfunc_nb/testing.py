@@ -38,7 +38,7 @@ from IPython import get_ipython
 from IPython.core.debugger import Pdb
 from IPython.core.interactiveshell import InteractiveShell
 
-from ._core.remote import Address, probe
+from ._core.run.remote import Address, probe
 from ._magics import TVMModuleMagics, magics_of
 from ._views import notebook_front_end
 from .errors import TVMModuleError
@@ -73,7 +73,7 @@ def second_run_here(target: str) -> str | None:
     """Why a test run for `target` would show nothing here that the run for this CPU does not,
     or None if it would: it cannot run here, or this CPU's vectors hold as many floats (the CPU
     schedule makes the same kernels for both)."""
-    from ._core.tuning import vector_lanes
+    from ._core.build.cpu_schedules import vector_lanes
 
     why = cannot_run_here(target)
     if why is None and vector_lanes(_llvm(target)) == vector_lanes(_llvm(None)):
@@ -375,7 +375,7 @@ def add_becomes_subtract():
     """A Relax pipeline (for `relax.register_pipeline`) of one pass of our own,
     `AddBecomesSubtract`, that turns every `R.add` of the module's Relax functions into
     `R.subtract`: wrong numbers, made to order. The pass is made inside the pipeline function,
-    so that it reaches the build worker (`_core/build_worker/jobs.py`)."""
+    so that it reaches the build worker (`_core/build/worker/jobs.py`)."""
     import tvm
     from tvm import relax
 

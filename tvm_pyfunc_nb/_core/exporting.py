@@ -26,12 +26,12 @@ import tvm
 
 from .._version import __version__
 from ..errors import TVM_NOTES, CallError, CompileError, last_reason, native_stderr_without
-from .cells import PRIMFUNC, PYFUNC, RELAX
-from .editing import module_text
-from .library_files import write_library
+from .build.library_files import write_library
+from .live.cells import PRIMFUNC, PYFUNC, RELAX
+from .live.editing import module_text
+from .live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from .module_parts import ModuleParts
-from .relax_rewrite import py_func_calls, relax_closure, sub_module
-from .tensors import to_torch
+from .run.tensors import to_torch
 
 _LOADERS = '''def _load(text):
     """Arrays by name; a dtype numpy lacks (bfloat16) travels as its bits, as `name:dtype`."""

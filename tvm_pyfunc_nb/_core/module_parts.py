@@ -22,16 +22,16 @@ from typing import Any
 import tvm
 
 from . import front_end_port
-from .assembly import Assembly, ModuleState
-from .build import Build
-from .call_errors import unknown_function, wrong_kind
-from .call_table import CallTable
-from .compiler import Compiler
-from .contributions import FunctionEntry
-from .editing import ConstantTable, name_constants
-from .importing import TorchOrigin, constant_names
+from .build.build import Build
+from .build.compiler import Compiler
+from .live.assembly import Assembly, ModuleState
+from .live.contributions import FunctionEntry
+from .live.editing import ConstantTable, name_constants
+from .models.importing import TorchOrigin, constant_names
 from .options import ModuleOptions
-from .runner import Runner
+from .run.call_errors import unknown_function, wrong_kind
+from .run.call_table import CallTable
+from .run.runner import Runner
 from .tuning.relax_kernels import KernelSchedules
 
 

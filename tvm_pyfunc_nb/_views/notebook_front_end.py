@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .._core.front_end_port import FrontEnd, Progress
-from .._core.live_module import LiveModule, UpdateResult
+from .._core.live.live_module import LiveModule, UpdateResult
 from . import render
 from .widgets import CellWidget, ModuleWidget, ProgressLine
 
@@ -209,15 +209,15 @@ def _live_module_bundle(live: LiveModule) -> dict:
 
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
-    from .._core.bisecting import Bisection
-    from .._core.comparing import Comparison
-    from .._core.compile_stats import CompileStats
-    from .._core.kernel_compare import KernelComparison
-    from .._core.lowering import KernelList
-    from .._core.profiling import Profile
-    from .._core.timing import Timing
-    from .._core.tracing import Trace
-    from .._core.tuning import TuningReport
+    from .._core.build.stats import CompileStats
+    from .._core.faults.bisecting import Bisection
+    from .._core.inspect.comparing import Comparison
+    from .._core.inspect.kernel_compare import KernelComparison
+    from .._core.inspect.lowered_views import KernelList
+    from .._core.inspect.profiling import Profile
+    from .._core.inspect.timing import Timing
+    from .._core.inspect.tracing import Trace
+    from .._core.tuning.report import TuningReport
 
     return {
         Trace: render.trace_html,

@@ -25,15 +25,15 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from .._core.assembly import Markup, notice_lines, notices_text
-from .._core.call_table import CallRecord
-from .._core.cells import PRIMFUNC, PYFUNC, RELAX
-from .._core.compile_stats import CompileRecord
-from .._core.live_module import LiveModule, UpdateResult
-from .._core.printer import member_sources, module_script
-from .._core.tensors import describe, to_torch
-from .._core.timing import duration
-from .._core.tracing import mean_text
+from .._core.build.stats import CompileRecord
+from .._core.inspect.timing import duration
+from .._core.inspect.tracing import mean_text
+from .._core.live.assembly import Markup, notice_lines, notices_text
+from .._core.live.cells import PRIMFUNC, PYFUNC, RELAX
+from .._core.live.live_module import LiveModule, UpdateResult
+from .._core.live.printer import member_sources, module_script
+from .._core.run.call_table import CallRecord
+from .._core.run.tensors import describe, to_torch
 from ..errors import TVMModuleError
 
 MAX_VALUES = 6  # values of a tensor shown in a results pane

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from .._core.cells import PYFUNC
-from .._core.live_module import LiveModule, UpdateResult
+from .._core.live.cells import PYFUNC
+from .._core.live.live_module import LiveModule, UpdateResult
 from . import render
 
 

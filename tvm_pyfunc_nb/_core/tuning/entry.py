@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 import tvm
 
 from ...errors import CallError, CompileError, ScheduleError, last_reason
-from ..cells import PRIMFUNC, RELAX, FunctionSource
-from ..contributions import Contribution, FunctionEntry, next_run
-from ..importing import typed_global_var
+from ..live.cells import PRIMFUNC, RELAX, FunctionSource
+from ..live.contributions import Contribution, FunctionEntry, next_run
+from ..models.importing import typed_global_var
 from .primfunc import tuned
 from .relax_kernels import tune_function
 from .report import TuningReport

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import tvm
 
 from ...errors import ScheduleError, last_reason
-from .. import trust
+from ..build import trust
 from ..front_end_port import Progress
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import TuningRecords, kept_trials

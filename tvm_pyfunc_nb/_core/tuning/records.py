@@ -23,8 +23,8 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
-from .. import trust
-from ..compile_cache import code_target
+from ..build import trust
+from ..build.disk_cache import code_target
 from .schedules import WORKLOAD
 
 # what a MetaSchedule JSON database reads back from its directory

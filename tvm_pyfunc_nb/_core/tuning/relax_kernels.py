@@ -39,9 +39,9 @@ import tvm_ffi
 from tvm import relax
 
 from ...errors import CompileCacheWarning, ScheduleError, last_reason
-from .. import trust
+from ..build import trust
+from ..build.cpu_schedules import checked_schedule_of, vector_lanes
 from ..front_end_port import Progress
-from .cpu_schedules import checked_schedule_of, vector_lanes
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import IN_MEMORY, TuningRecords, kept_trials
 from .report import KernelRow, TuningReport, milliseconds
@@ -356,3 +356,9 @@ class _KernelProgress:
         if any(s is None for s in seconds):
             return None
         return sum(s * t.calls for s, t in zip(seconds, self.tasks, strict=True))
+
+
+def kernel_schedules(persistent, module_name: str, target: tvm.target.Target) -> KernelSchedules:
+    """What module `module_name` applies to its pipeline's kernels, with its tuning records in
+    the compile cache `persistent` (None: in memory)."""
+    return KernelSchedules(TuningRecords(persistent, module_name, target))

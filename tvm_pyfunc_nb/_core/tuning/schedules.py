@@ -18,12 +18,11 @@ from collections.abc import Callable
 import tvm
 
 from ...errors import ScheduleError, last_reason
+from ..build.cpu_schedules import SCHEDULED
 
 # the kernel's name inside a schedule or a MetaSchedule workload, so that block lookups need no
 # func_name
 WORKLOAD = "main"
-# what DLight, MetaSchedule and the CPU schedules mark on a kernel they scheduled (and skip)
-SCHEDULED = "tirx.is_scheduled"
 
 
 def is_scheduled(func) -> bool:

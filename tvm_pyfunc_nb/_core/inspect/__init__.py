@@ -1,0 +1,6 @@
+"""Looking inside a run: features of the module's parts that read, never change, the module.
+
+- `tracing.py`: `trace`; `comparing.py`, `kernel_compare.py`: `compare`, by binding or kernel;
+- `profiling.py`: `profile`; `timing.py`: `time`;
+- `lowered_views.py`: `lowered`, `kernels`, `source`.
+"""

@@ -1,0 +1,423 @@
+"""Functions from outside a cell: `NAME.add(...)` and `NAME.add_torch(model, args)`.
+
+`add` takes what TVM users hold: an `IRModule` (from TVM's PyTorch or ONNX
+importers, or another tool), a `PrimFunc`, a Relax `Function`, or a Python
+callable; a list of them is one contribution. Constants (weights) travel
+inside the functions; module attributes and global infos come along.
+
+Every Relax function added has the known defects of TVM's importers
+repaired first (`model_repairs`); the notices say what changed.
+
+`add_torch` exports a `torch.nn.Module` with `torch.export`, decomposes it
+as TVM's `from_exported_program` does, and translates it with TVM's own
+`ExportedProgramImporter`, whose environment (FX node -> Relax var) gives
+each binding of the imported function the FX node it came from, and with it
+the user's module and source line (`source_sites`). That map is kept by
+binding name, with the exported program, so that `compare` can go op by op,
+and every row can say where a binding came from, even after the function was
+edited in a cell. Ops the importer has no translation for run as PyTorch
+calls (`torch_fallback`): pyfuncs that come in with the function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import re
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import tvm
+from tvm import relax
+from tvm.ir import GlobalVar
+
+from ...errors import CallError, ModelImportError, native_stderr_silenced
+from ..live.cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
+from ..live.contributions import (
+    Contribution,
+    FunctionEntry,
+    is_pyfunc_extern,
+    next_run,
+    pyfunc_entry,
+)
+from ..live.pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
+from .dynamic_shapes import bounded_slices, check_known_shapes
+from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
+from .model_repairs import repair_imported
+from .source_sites import SourceSite, site_of
+from .torch_fallback import fallbacks, install, pyfunc_externs
+
+ADDABLE = "an IRModule, a PrimFunc, a Relax Function or a Python callable (or a list of them)"
+
+
+def added_contribution(
+    obj: Any,
+    *,
+    name: str | None,
+    module_name: str,
+    namespace: Mapping[str, Any],
+    origin: str,
+    notes: Iterable[str] = (),
+) -> Contribution:
+    """One contribution of every function `obj` brings, keyed by their names (a re-add replaces);
+    `notes` say what was done on the way in."""
+    items = obj if isinstance(obj, (list, tuple)) else [obj]
+    if name is not None and len(items) != 1:
+        raise CallError("add: name= names one function; give a list of named functions instead")
+    found: dict[str, tuple[Any, Mapping[str, Callable]]] = {}
+    repairs: list[str] = list(notes)
+    attrs: dict[str, Any] = {}
+    infos: dict[str, Any] = {}
+    for item in items:
+        if isinstance(item, tvm.IRModule):
+            if name is not None:
+                raise CallError("add: name= is for one function; an IRModule brings its own names")
+            named = [(gv.name_hint, func) for gv, func in item.functions_items()]
+            attrs.update({k: v for k, v in (item.attrs or {}).items() if k != "base_py_module"})
+            infos.update(dict(item.global_infos))
+            pyfuncs = getattr(item, "pyfuncs", None) or {}
+        else:
+            named, pyfuncs = [(_name_of(item, name), item)], {}
+        for fn_name, func in named:
+            if fn_name in found:
+                raise CallError(
+                    f"add: two functions named `{fn_name}` in one add", function=fn_name
+                )
+            if isinstance(func, relax.Function):
+                func, repaired = repair_imported(func, fn_name)
+                repairs += repaired
+            found[fn_name] = (func, pyfuncs)
+    if not found:
+        raise CallError(f"add: nothing to add in {type(obj).__name__}")
+    key, run = ("add", tuple(sorted(found))), next_run()
+    functions = {
+        fn_name: _entry(fn_name, func, pyfuncs, key, run, namespace, module_name)
+        for fn_name, (func, pyfuncs) in found.items()
+    }
+    return Contribution(
+        key, origin, functions, attrs=attrs, global_infos=infos, reports_rerun=True, notes=repairs
+    )
+
+
+def _name_of(item: Any, name: str | None) -> str:
+    if name is not None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise CallError(f"add: `{name}` is not a valid function name")
+        return name
+    if isinstance(item, (tvm.tirx.PrimFunc, relax.Function)):
+        symbol = (item.attrs or {}).get("global_symbol") if item.attrs is not None else None
+        if symbol is None:
+            kind = "PrimFunc" if isinstance(item, tvm.tirx.PrimFunc) else "Relax function"
+            raise CallError(f"add: this {kind} has no global symbol; give it one with name=...")
+        return str(symbol)
+    if callable(item):
+        fn_name = getattr(item, "__name__", "")
+        if not fn_name.isidentifier():
+            raise CallError(
+                f"add: this callable has no usable name ({fn_name!r}); give one with name=..."
+            )
+        return fn_name
+    raise CallError(f"add takes {ADDABLE}, not {type(item).__name__}")
+
+
+def _entry(
+    name: str,
+    func: Any,
+    pyfuncs: Mapping[str, Callable],
+    key: object,
+    run: int,
+    namespace: Mapping[str, Any],
+    module_name: str,
+) -> FunctionEntry:
+    if not name.isidentifier():
+        raise CallError(f"add: `{name}` is not a valid function name", function=name)
+    for kind, of_kind in ((PRIMFUNC, tvm.tirx.PrimFunc), (RELAX, relax.Function)):
+        if isinstance(func, of_kind):
+            if kind == RELAX:  # its own variables: the same function may be added twice
+                func = relax.utils.copy_with_new_vars(func)
+            func = func.with_attr("global_symbol", name)
+            source = FunctionSource(name, kind, "", 0)
+            return FunctionEntry(source, key, "", typed_global_var(name, func), func, run=run)
+    if is_pyfunc_extern(func):
+        return _pyfunc_from_module(name, func, pyfuncs.get(name), key, run, namespace, module_name)
+    if isinstance(func, relax.ExternFunc):
+        raise CallError(
+            f"add: `{name}` is an external function ({func.global_symbol}); only "
+            "pyfuncs, PrimFuncs and Relax functions can be added",
+            function=name,
+        )
+    if callable(func):
+        source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
+        return pyfunc_entry(source, key, "", func, run)
+    raise CallError(f"add takes {ADDABLE}, not {type(func).__name__}", function=name)
+
+
+def typed_global_var(name: str, func) -> GlobalVar:
+    """A `GlobalVar` that carries `func`'s type, as the parser's do: calls to it then check."""
+    return relax.BlockBuilder().add_func(func, name)
+
+
+def _pyfunc_from_module(
+    name: str,
+    extern,
+    func: Callable | None,
+    key: object,
+    run: int,
+    namespace: Mapping[str, Any],
+    module_name: str,
+) -> FunctionEntry:
+    """A pyfunc of an `@I.ir_module` IRModule: the function the module kept, else its source's."""
+    text = str(extern.attrs["python_source"])
+    source = FunctionSource(name, PYFUNC, text, 0)
+    if func is None:
+        filename = f"<tvmmodule {module_name} added {name} {run}>"
+        register_cell_text(filename, f"# {name}, added to {module_name}", text)
+        func = load_pyfunc(FunctionSource(name, PYFUNC, text, 2), filename, CellGlobals(namespace))
+    return pyfunc_entry(source, key, "", func, run)
+
+
+# -- PyTorch ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeRef:
+    """The FX node a binding came from: its name, its op, whether the binding *is* its value,
+    and where in the user's code the node was made."""
+
+    node: str
+    op: str
+    exact: bool  # False: one of several bindings a node became (e.g. the matmul inside addmm)
+    aliases: tuple[str, ...] = ()  # later nodes the importer gave the same value (a getitem)
+    site: SourceSite | None = None  # the nn.Module and the line (None: torch.export made it)
+
+
+@dataclass
+class TorchOrigin:
+    """What `compare` needs to go op by op: the model, its exported graph, binding -> FX node."""
+
+    model: torch.nn.Module
+    exported: Any  # torch.export.ExportedProgram, decomposed as the importer translated it
+    bindings: dict[str, NodeRef] = field(default_factory=dict)
+    constant_names: dict[Any, str] = field(default_factory=dict)  # constant -> parameter name
+
+    def site(self, binding: str) -> SourceSite | None:
+        """Where binding `binding` came from in the model's code (None: nowhere known)."""
+        node = self.bindings.get(binding)
+        return node.site if node is not None else None
+
+    def fx_values(self, args: Iterable[Any]) -> tuple[dict[str, Any], Any]:
+        """Every FX node's value (by node name) for one run on `args`, and the outputs."""
+        from torch.export.graph_signature import InputKind
+
+        exported, user = self.exported, iter(args)
+        flat = []
+        for spec in exported.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                flat.append(next(user))
+            elif spec.target in exported.state_dict:
+                flat.append(exported.state_dict[spec.target])
+            else:
+                flat.append(exported.constants[spec.target])
+        values: dict[str, Any] = {}
+
+        class Recorder(torch.fx.Interpreter):
+            def run_node(self, node):
+                out = super().run_node(node)
+                values[node.name] = out
+                return out
+
+        with torch.no_grad():
+            outputs = Recorder(exported.graph_module).run(
+                *[t.detach() if isinstance(t, torch.Tensor) else t for t in flat]
+            )
+        return values, outputs
+
+
+@dataclass
+class ImportedModel:
+    """What `add_torch` brings: the function (and the pyfuncs running what TVM cannot
+    translate), where each binding came from, and what was done on the way in."""
+
+    functions: tvm.IRModule
+    origin: TorchOrigin
+    notes: list[str]
+
+
+def import_torch(
+    model: torch.nn.Module,
+    example_args: Any,
+    *,
+    name: str,
+    dynamic_shapes: Any = None,
+    custom_convert_map: dict | None = None,
+    translate_first: Callable | None = None,
+) -> ImportedModel:
+    """`model` as one Relax function named `name` (weights as constants), the pyfuncs that run
+    the ops TVM's importer lacks, and where each binding came from. `custom_convert_map` is
+    TVM's own (`{op name: converter(node, importer)}`). `translate_first(exported, name,
+    model name, custom_convert_map)` translates the exported program before this process does
+    (the build worker, with --isolate: a crash there is the import's error)."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    if not isinstance(model, torch.nn.Module):
+        raise CallError(f"add_torch needs a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise CallError(f"add_torch: `{name}` is not a valid function name")
+    args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
+    try:
+        with (
+            torch.no_grad(),
+            warnings.catch_warnings(),
+            stderr_kept_if_it_works(),
+            native_stderr_silenced(),  # a failed parse's IR builder collected meanwhile says so
+            _torch_export_log_quiet(),
+        ):
+            # torch 2.13's own deprecation inside torch.export: nothing a user can act on
+            warnings.simplefilter("ignore", FutureWarning)
+            exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
+            exported = exported.run_decompositions()  # as from_exported_program does
+    except Exception as err:  # torch raises many types for a model it cannot export
+        raise export_failure(model, err) from err
+    # TVM's importer takes weights through DLPack, sharing their memory: with copies, training
+    # the model on (or editing its weights) never silently changes what the module computes
+    for key, value in list(exported.state_dict.items()):
+        exported.state_dict[key] = value.detach().clone()
+    if translate_first is not None:
+        translate_first(exported, name, type(model).__name__, custom_convert_map)
+    importer = ExportedProgramImporter()
+    try:
+        mod, found = translate(importer, exported, name, type(model).__name__, custom_convert_map)
+    except ModelImportError:  # an op that cannot come in even as a PyTorch call: said already
+        raise
+    except Exception as err:  # the importer raises on ops it has no translation for
+        raise translation_failure(model, err, exported, importer.env) from err
+    translated = importer.env
+    func = mod["main"].with_attr("global_symbol", name)
+    check_known_shapes(func, exported, type(model).__name__)
+    before_binding_params = importer.block_builder.get()["main"]
+    origin = TorchOrigin(
+        model,
+        exported,
+        _binding_nodes(func, translated.first),
+        _constant_names(before_binding_params, func, exported),
+    )
+    functions = tvm.IRModule({name: func, **pyfunc_externs(found)})
+    return ImportedModel(functions, origin, [found.notice(name)] if found.regions else [])
+
+
+def translate(importer, exported, name: str, model_name: str, custom_convert_map=None):
+    """TVM's `importer` (an `ExportedProgramImporter`) on `exported`, as `import_torch` runs it:
+    bounded slices, the user's converters, the ops it lacks as PyTorch calls. Returns the
+    module and those calls (`Fallbacks`); raises what the importer raises."""
+    importer.env = _Translated()
+    for op, convert in bounded_slices(exported).items():
+        importer.convert_map[op] = functools.partial(convert, importer=importer)
+    if custom_convert_map:
+        importer.update_convert_map(custom_convert_map)
+    found = fallbacks(exported, importer.convert_map, name, model_name)
+    install(importer, found)
+    mod = importer.from_exported_program(exported, False, True, False, custom_convert_map)
+    return mod, found
+
+
+class _Translated(dict):
+    """The importer's environment (FX node -> Relax value), remembering each node's value as
+    its own translation gave it: an in-place write (`h[:, 0] = 0`, a `copy_`) later makes the
+    node it writes into stand for the written value, which is what the write computes, not
+    what that node did."""
+
+    def __init__(self):
+        super().__init__()
+        self.first: dict[Any, Any] = {}
+
+    def __setitem__(self, node, value) -> None:
+        if value is not None:
+            self.first.setdefault(node, value)
+        super().__setitem__(node, value)
+
+
+def _bindings(func: relax.Function) -> list:
+    return [b for block in func.body.blocks for b in block.bindings]
+
+
+def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, NodeRef]:
+    """Binding name -> the FX node it came from.
+
+    The importer emits bindings in FX order and records, for each node, the
+    last var it emitted: every binding up to and including that var, not yet
+    claimed, belongs to the node. Bindings after the last node's (the output
+    tuple) belong to none and are left out: never guessed.
+    """
+    nodes_of: dict[Any, list] = {}  # var -> the nodes whose value it is, in FX order
+    for node, value in env.items():
+        if isinstance(value, relax.Var):
+            nodes_of.setdefault(value, []).append(node)
+    found: dict[str, NodeRef] = {}
+    pending: list[Any] = []
+    for binding in _bindings(func):
+        pending.append(binding.var)
+        nodes = nodes_of.get(binding.var)
+        if nodes:
+            first, aliases = nodes[0], tuple(n.name for n in nodes[1:])
+            site = site_of(first)
+            for var in pending:
+                exact = var.same_as(binding.var)
+                found[var.name] = NodeRef(
+                    first.name, str(first.target), exact, aliases if exact else (), site
+                )
+            pending = []
+    return found
+
+
+def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:
+    """Each constant -> the model parameter it holds (`fc1.weight` as `fc1_weight`)."""
+    targets = {
+        spec.arg.name: spec.target
+        for spec in exported.graph_signature.input_specs
+        if getattr(spec.arg, "name", None) and spec.target
+    }
+    names: dict[Any, str] = {}  # TVM objects hash and compare by identity of what they wrap
+
+    def walk(a, b) -> None:
+        if isinstance(a, relax.Var) and isinstance(b, tvm.ir.Constant):
+            target = targets.get(a.name, a.name)
+            names.setdefault(b, re.sub(r"\W", "_", target))
+        elif isinstance(a, relax.Call) and isinstance(b, relax.Call):
+            for x, y in zip(a.args, b.args, strict=False):
+                walk(x, y)
+        elif isinstance(a, relax.Tuple) and isinstance(b, relax.Tuple):
+            for x, y in zip(a.fields, b.fields, strict=False):
+                walk(x, y)
+
+    for x, y in zip(_bindings(before), _bindings(after), strict=False):
+        walk(x.value, y.value)
+    return names
+
+
+def binding_site(origins: Mapping[str, TorchOrigin], function: str, binding: str):
+    """Where `binding` of `function` came from in the PyTorch model it was imported from (a
+    `SourceSite`), if it was."""
+    origin = origins.get(function)
+    return origin.site(binding) if origin is not None else None
+
+
+def constant_names(origins) -> dict:
+    """The weights' names as the importer knew them (`fc1_weight`), by constant, of models
+    imported (`TorchOrigin`s)."""
+    return {c: n for o in origins for c, n in o.constant_names.items()}
+
+
+@contextlib.contextmanager
+def _torch_export_log_quiet():
+    """torch.export logs a warning of its own before it raises for a data-dependent branch
+    ("Unable to find user code..."), straight to the notebook's stderr: the error it raises
+    says it better, with the user's line."""
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
