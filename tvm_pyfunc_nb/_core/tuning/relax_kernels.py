@@ -40,7 +40,7 @@ from tvm import relax
 
 from ...errors import CompileCacheWarning, ScheduleError, last_reason
 from ..build import trust
-from ..build.cpu_schedules import checked_schedule_of, vector_lanes
+from ..build.cpu_schedules import checked_schedule_of
 from ..front_end_port import Progress
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
 from .records import IN_MEMORY, TuningRecords, kept_trials
@@ -287,7 +287,7 @@ def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.
     kernel with the CPU schedule written once for them (cpu_schedules.py), anything else (and a
     kernel that schedule fails on) as the pipeline made it (an empty trace)."""
     if target.kind.name == "llvm":
-        sch, _ = checked_schedule_of(mod, vector_lanes(target))
+        sch, _ = checked_schedule_of(mod, target)
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)
