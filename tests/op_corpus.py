@@ -1029,6 +1029,12 @@ MANIPULATION = [
         lambda: (randn(8, 8), randn(8, 3)),
     ),
     (
+        "slice_scatter_small",  # too few elements for the CPU schedule to vectorize
+        "slice_scatter.default",
+        lambda x, s: torch.slice_scatter(x, s, dim=1, start=0, end=4, step=2),
+        lambda: (randn(4, 4), randn(4, 2)),
+    ),
+    (
         "slice_scatter_rows",
         "slice_scatter.default",
         lambda x, s: torch.slice_scatter(x, s, dim=0, start=2, end=6),

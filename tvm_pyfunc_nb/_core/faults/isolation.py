@@ -224,7 +224,6 @@ class TranslateJob:
 
     def run(self, log: StageLog) -> None:
         import torch
-        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
         from ..models.importing import translate
 
@@ -235,4 +234,4 @@ class TranslateJob:
             import cloudpickle
 
             converters = cloudpickle.loads(self.converters)
-        translate(ExportedProgramImporter(), exported, self.name, self.model_name, converters)
+        translate(exported, self.name, self.model_name, converters)

@@ -10,6 +10,9 @@ function and gives a notice line naming the binding it changed:
   not count a negative index from the end: it reads outside the tensor
   (LSTM, GRU: wrong numbers). A take with a negative constant index gets
   `mode="wrap"`, which does, once each index is checked to be in range.
+- A product of two bool tensors (a mask times a mask: what `torch.isfinite` and
+  `torch.logaddexp` decompose into) does not compile for llvm ("Check failed:
+  t.MatchesCode(kDLFloat)"). It becomes `R.logical_and`, which is the same.
 
 What no repair covers fails loudly: a constant index out of range raises
 here, a bad index at run time stops the kernel's bounds guard (`CallError`).
@@ -60,6 +63,9 @@ class _Repairer(PyExprMutator):
             return self._scan(call, op)
         if op == "relax.take":
             return self._take(call)
+        if op == "relax.multiply" and all(_dtype(a) == "bool" for a in call.args):
+            self._note("a product of bools does not compile for llvm; now R.logical_and")
+            return relax.op.logical_and(*call.args)
         return call
 
     def _scan(self, call: relax.Call, op: str) -> relax.Call:
