@@ -90,7 +90,7 @@ def _takes_nothing(function: Callable) -> bool:
         return False
 
 
-# -- inputs --------------------------------------------------------------------------------------
+# -- inputs ---------------------------------------------------------------------------------------
 def randn(*shape, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(*shape).to(dtype)
 
@@ -156,7 +156,7 @@ def n_rows(low: int = 4, high: int = 64):
     return {0: Dim("n", min=low, max=high)}
 
 
-# -- unary ops -----------------------------------------------------------------------------------
+# -- unary ops ------------------------------------------------------------------------------------
 # (name, convert-map entry, function, domain of its inputs)
 UNARY = [
     ("abs", "abs.default", torch.abs, None),
@@ -285,7 +285,7 @@ case(
     lambda: (randn(4, 32), uniform(-1, -0.2, 32), uniform(0.2, 1, 4, 1)),
 )
 
-# -- binary ops, with broadcasting and scalars -------------------------------------------------
+# -- binary ops, with broadcasting and scalars ----------------------------------------------------
 ROW, COL = (4, 32), (32,)
 
 
@@ -515,7 +515,7 @@ case(
 )
 
 
-# -- layers with weights -------------------------------------------------------------------------
+# -- layers with weights --------------------------------------------------------------------------
 case(
     "conv1d",
     ("conv1d.default", "convolution.default"),
@@ -937,7 +937,7 @@ for _name, _op, _fn, _example in REDUCTIONS:
     case(_name, _op, _fn, _example)
 
 
-# -- moving data: views, copies, gathers and scatters -----------------------------------------------
+# -- moving data: views, copies, gathers and scatters ---------------------------------------------
 def _setitem(x):
     """`out[:, 4:12] = 0` and a block copied in: what `x[...] = ...` on a copy exports as."""
     out = x * 1
@@ -1241,7 +1241,7 @@ MANIPULATION = [
 for _name, _op, _fn, _example in MANIPULATION:
     case(_name, _op, _fn, _example)
 
-# -- making tensors ---------------------------------------------------------------------------------
+# -- making tensors -------------------------------------------------------------------------------
 CREATION = [
     ("arange", "arange.default", lambda x: x * torch.arange(32), act()),
     ("arange_start", "arange.start", lambda x: x + torch.arange(-16, 16), act()),
@@ -1391,7 +1391,7 @@ case(
     act(),
 )
 
-# -- symbolic shapes, data-dependent values, asserts, control flow -----------------------------------
+# -- symbolic shapes, data-dependent values, asserts, control flow --------------------------------
 case(
     "dynamic_rows",
     ("sym_size.int", "mul"),
@@ -1483,7 +1483,7 @@ case("nonzero", (), lambda x: torch.nonzero(x > 0.5), lambda: (randn(4, 8),))
 case("unique", (), lambda x: torch.unique(x), lambda: (ints(0, 10, 4, 8),))
 case("unique_counts", (), lambda x: torch.unique(x, return_counts=True), lambda: (ints(0, 6, 20),))
 
-# -- sparse tensors ---------------------------------------------------------------------------------
+# -- sparse tensors -------------------------------------------------------------------------------
 case("to_sparse", "to_sparse.default", lambda x: x.to_sparse().to_dense() * 2, act())
 
 
@@ -1511,7 +1511,7 @@ case(
 )
 
 
-# -- torchvision's roi_align, as its op is called: the importer translates `roi_align.default` -----
+# -- torchvision's roi_align, as its op is called: the importer translates `roi_align.default` ----
 @torch.library.custom_op("op_corpus::roi_align", mutates_args=())
 def roi_align(
     data: torch.Tensor,
@@ -1592,7 +1592,7 @@ case(
 )
 
 
-# -- what the importer translates, and how results are judged --------------------------------------
+# -- what the importer translates, and how results are judged -------------------------------------
 def convert_map_entries() -> list[str]:
     """Every op the installed TVM's PyTorch importer translates: the keys of
     `ExportedProgramImporter`'s convert map, as `create_convert_map` builds it."""

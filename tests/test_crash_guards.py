@@ -174,13 +174,13 @@ def test_guard_bounds_stops_an_index_tvm_cannot_prove_and_adds_nothing_it_can():
 @T.prim_func
 def padded(a: T.Buffer((8,), "float32"), b: T.Buffer((10,), "float32")):
     for i in range(10):
-        b[i] = T.if_then_else(1 <= i and i < 9, a[i - 1], T.float32(0))
+        b[i] = T.if_then_else(i >= 1 and i < 9, a[i - 1], T.float32(0))
 
 
 @T.prim_func
 def overreaching_pad(a: T.Buffer((8,), "float32"), b: T.Buffer((10,), "float32")):
     for i in range(10):
-        b[i] = T.if_then_else(1 <= i, a[i - 1], T.float32(0))
+        b[i] = T.if_then_else(i >= 1, a[i - 1], T.float32(0))
 
 
 @T.prim_func
