@@ -406,6 +406,9 @@ for _name, _fn in COMPARISONS:
         lambda: ((randn(4, 32) * 2).round() / 2,),
     )
 
+case("ne_nan", "ne.Tensor", torch.ne, lambda: (with_specials(4, 32), with_specials(4, 32).flip(0)))
+case("ne_self_finds_nan", "ne.Tensor", lambda x: x != x, lambda: (with_specials(4, 32),))
+
 LOGICAL = [
     ("logical_and", torch.logical_and),
     ("logical_or", torch.logical_or),

@@ -130,6 +130,21 @@ def test_a_product_of_bools_becomes_a_logical_and_and_compiles(shell):
     assert torch.equal(m.main(x), FiniteOnly()(x))
 
 
+class NanFinder(torch.nn.Module):
+    def forward(self, x):
+        return x != x
+
+
+def test_a_float_not_equal_says_a_nan_equals_nothing_as_pytorch_does(shell):
+    x, model = torch.tensor([1.0, float("nan"), float("inf"), -2.0] * 4), NanFinder()
+    m = shell.run("%tvmmodule m")
+    notice = shell.text(m.add_torch(model, (x,)))
+    assert "R.not_equal(" in notice and "R.logical_not(R.equal(...))" in notice
+    assert torch.equal(m.main(x), model(x))
+    comparison = m.compare("main", model, x)  # the repaired binding is still the node's value
+    assert comparison.passed and comparison.first_divergence is None, comparison
+
+
 def test_a_negative_constant_index_out_of_range_fails_at_import(shell):
     @R.function
     def last(x: R.Tensor((2, 5), "float32")):

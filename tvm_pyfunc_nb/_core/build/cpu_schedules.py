@@ -312,9 +312,8 @@ def elementwise_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
             except s_tir.ScheduleError:  # not inlinable (read twice at other places): it stays
                 continue
     loops = sch.get_loops(sch.get_child_blocks(get_root_block(sch))[-1])
-    extent = sch.get(loops[-1]).extent
     vector = 1
-    if size >= 2 * lanes and isinstance(extent, tirx.IntImm):
+    if loops and size >= 2 * lanes and isinstance(extent := sch.get(loops[-1]).extent, tirx.IntImm):
         vector = _largest_divisor(extent.value, lanes)
     if vector > 1:
         sch.vectorize(sch.split(loops[-1], [None, vector])[1])

@@ -442,12 +442,22 @@ def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, No
     return found
 
 
-# ATen ops whose value is memory they never write (what PyTorch holds there is any bytes)
+# ATen ops whose value is memory they never write (what PyTorch holds there is any bytes), and
+# ops whose value is a part of their first input's, as it is
 _UNWRITTEN = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty"})
+_VIEWS = frozenset(
+    {"slice", "select", "view", "reshape", "permute", "transpose", "expand", "alias"}
+    | {"squeeze", "unsqueeze", "clone", "narrow", "_unsafe_view"}
+)
 
 
 def _unwritten(node) -> bool:
-    return str(getattr(node.target, "__name__", "")).split(".")[0] in _UNWRITTEN
+    """Whether `node`'s value is memory never written: an `empty`, or a view of one."""
+    op = str(getattr(node.target, "__name__", "")).split(".")[0]
+    if op in _UNWRITTEN:
+        return True
+    source = node.args[0] if node.args else None
+    return op in _VIEWS and isinstance(source, torch.fx.Node) and _unwritten(source)
 
 
 def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:
