@@ -20,8 +20,9 @@ from op_corpus import CASES, convert_map_entries, covering, gaps, same
 from tvm import relax, tirx
 from tvm.script import relax as R
 
-from tvm_pyfunc_nb import LiveModule, ScheduleWarning
+from tvm_pyfunc_nb import LiveModule, ModelImportError, ScheduleWarning
 from tvm_pyfunc_nb._core.build.cpu_schedules import checked_schedule_of
+from tvm_pyfunc_nb._core.models.dynamic_shapes import bounds_of
 from tvm_pyfunc_nb.testing import AVX2_TARGET, second_run_here
 
 FIXED = [
@@ -118,3 +119,17 @@ def _config(target: str) -> dict:
     if target.startswith("{"):
         return json.loads(target)
     return {"kind": "llvm", "mcpu": llvm_get_system_cpu()}
+
+
+def test_a_number_read_from_data_is_a_size_without_bounds_and_fails_with_the_packages_error():
+    """`x * s.max().item()`: torch.export bounds the number by neither end (it raised
+    AttributeError from sympy's infinity); TVM's importer refuses the product, which cannot be
+    a PyTorch call either (a number is not a tensor): the error is TVM's, at the node."""
+    model, args = CASES["item_scales"].build()
+    exported = torch.export.export(model, args).run_decompositions()
+    assert set(bounds_of(exported).values()) == {(None, None)}
+    live = LiveModule("m")
+    with pytest.raises(ModelImportError, match="could not translate Fn: Binary operators") as info:
+        live.add_torch(model, args)
+    assert "at node `mul` (aten.mul.Tensor)" in str(info.value)
+    live.close()

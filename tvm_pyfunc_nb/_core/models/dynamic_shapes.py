@@ -105,11 +105,8 @@ def _unique(node, importer: ExportedProgramImporter):
         if not (inverse or counts)
         else [bb.emit(relax.TupleGetItem(found, i)) for i in range(1 + inverse + counts)]
     )
-    values_ty = node.meta["val"][0]
-    size = _size(values_ty.shape[0])
-    values = bb.match_cast(
-        items[0], relax.TensorType([size], importer._convert_data_type(values_ty.dtype))
-    )
+    size = _size(node.meta["val"][0].shape[0])
+    values = bb.match_cast(items[0], relax.TensorType([size], x.ty.dtype))
     nothing = relax.const(np.zeros((0,), "int64"))
     outputs = [values, nothing, nothing]
     if inverse:

@@ -325,6 +325,7 @@ def translate(exported, name: str, model_name: str, custom_convert_map=None):
     from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
     refused: dict[str, str] = {}  # node name -> what TVM's converter raised
+    failure = None  # what it raised last, and what it had translated then
     while True:
         importer = ExportedProgramImporter()
         importer.env = _Translated()
@@ -334,7 +335,12 @@ def translate(exported, name: str, model_name: str, custom_convert_map=None):
             importer.convert_map.setdefault(op, functools.partial(convert, importer=importer))
         if custom_convert_map:
             importer.update_convert_map(custom_convert_map)
-        found = fallbacks(exported, importer.convert_map, name, model_name, refused)
+        try:
+            found = fallbacks(exported, importer.convert_map, name, model_name, refused)
+        except ModelImportError:
+            if failure is None:
+                raise
+            raise TranslationFailed(*failure) from failure[0]  # no call can stand in: TVM's word
         install(importer, found)
         converting = _watched(importer)
         try:
@@ -348,6 +354,7 @@ def translate(exported, name: str, model_name: str, custom_convert_map=None):
             if node is None or node.name in refused or node.target.__name__ in own:
                 raise TranslationFailed(err, importer.env) from err
             refused[node.name] = last_reason(err)
+            failure = (err, importer.env)
 
 
 def _watched(importer) -> dict:
