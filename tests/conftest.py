@@ -47,6 +47,8 @@ SECONDS = {
     "tests/test_kernel.py": 30,
     "tests/test_live_module.py": 25,
     "tests/browser/test_notebook7.py": 24,
+    "tests/browser/test_graph.py": 75,
+    "tests/test_graph.py": 35,
     "tests/browser/test_jupyterlab.py": 23,
     "tests/test_bisect.py": 45,
     "notebooks/11_finding_the_pass_that_broke_it.ipynb": 40,

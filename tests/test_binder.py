@@ -105,10 +105,11 @@ def test_requirements_name_the_package_and_a_cpu_torch():
     text = (BINDER / "requirements.txt").read_text()
     lines = [ln.split("#")[0].strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln]
-    assert "." in lines  # repo2docker does not install a repository that has a binder/ folder
+    # repo2docker does not install a repository that has a binder/ folder; NAME.graph's extra
+    assert ".[graph]" in lines
     assert "torch==2.13.0+cpu" in lines
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
-    pinned = [ln for ln in lines if not ln.startswith("-") and ln != "."]
+    pinned = [ln for ln in lines if not ln.startswith("-") and ln != ".[graph]"]
     assert all("==" in ln for ln in pinned), pinned
 
 
@@ -116,10 +117,13 @@ def test_the_environment_is_consistent_and_cpu_only(binder_env):
     run(binder_env, "-m", "pip", "check")
     probe = (
         "import json, torch, tvm_pyfunc_nb; "
-        "print(json.dumps([torch.__version__, torch.version.cuda, tvm_pyfunc_nb.__file__]))"
+        "from tvm_pyfunc_nb._views import graphviz_engine; "
+        "print(json.dumps([torch.__version__, torch.version.cuda, tvm_pyfunc_nb.__file__, "
+        "graphviz_engine.version()]))"
     )
-    version, cuda, package = json.loads(run(binder_env, "-c", probe, cwd=NOTEBOOK.parent))
+    version, cuda, package, graphviz = json.loads(run(binder_env, "-c", probe, cwd=NOTEBOOK.parent))
     assert version == "2.13.0+cpu" and cuda is None
+    assert graphviz.startswith("16.")  # NAME.graph's engine: shipped in the package, and runs
     # installed from binder/requirements.txt, not imported from the work tree
     assert Path(package).is_relative_to(VENV), package
 

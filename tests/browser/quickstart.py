@@ -34,9 +34,26 @@ def open_quickstart(server, browser) -> Page:
 
 def run_all_cells(page: Page) -> Locator:
     """Run All Cells from the menu bar; the first cell widget, once it shows this run's call."""
+    run_all(page)
+    return expect_quickstart_widgets(page)
+
+
+def run_all(page: Page) -> None:
+    """Run All Cells from the menu bar (JupyterLab's and Notebook 7's)."""
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Run$")).click()
     page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Run All Cells$")).click()
-    return expect_quickstart_widgets(page)
+
+
+def wait_for_notebook7_kernel(page: Page) -> None:
+    """Notebook 7 may ask which kernel to start, at once or a moment after it looks idle; the
+    one it proposes is the notebook's own, and whenever the dialog shows it is accepted. The
+    kernel is ready when the top bar's kernel status fades out with no notice: idle or busy
+    ("Kernel Initializing" fades out too, as a notice). Run All before that runs nothing, and
+    the execution indicator says "idle" from the start, kernel or not."""
+    select = page.get_by_role("button", name="Select Kernel")
+    page.add_locator_handler(select, lambda button: button.click())
+    ready = page.locator(".jp-NotebookKernelStatus-fade:not(.jp-NotebookKernelStatus-info)")
+    expect(ready).to_be_attached()
 
 
 def screenshot(cell: Locator, path: Path) -> None:

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from browser.quickstart import expect_no_broken_widget, open_quickstart, run_all_cells, screenshot
+from browser.quickstart import (
+    expect_no_broken_widget,
+    open_quickstart,
+    run_all_cells,
+    screenshot,
+    wait_for_notebook7_kernel,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "build/screenshots/widget-notebook7.png"
@@ -24,15 +30,7 @@ SCREENSHOT = REPO / "build/screenshots/widget-notebook7.png"
 def test_run_all_cells_in_notebook_7_shows_script_and_results_in_the_widget(notebook7, browser):
     page = open_quickstart(notebook7, browser)
     expect(page).to_have_title(re.compile(r"^01_quickstart"))
-    # Notebook 7 may ask which kernel to start, at once or a moment after it looks idle; the
-    # one it proposes is the notebook's own, and whenever the dialog shows it is accepted
-    select = page.get_by_role("button", name="Select Kernel")
-    page.add_locator_handler(select, lambda button: button.click())
-    # The kernel is ready when the top bar's kernel status fades out with no notice: idle or busy
-    # ("Kernel Initializing" fades out too, as a notice). Run All before that runs nothing, and
-    # the execution indicator says "idle" from the start, kernel or not.
-    ready = page.locator(".jp-NotebookKernelStatus-fade:not(.jp-NotebookKernelStatus-info)")
-    expect(ready).to_be_attached()
+    wait_for_notebook7_kernel(page)
 
     cell = run_all_cells(page)
     busy = page.locator(".jp-InputArea-prompt", has_text="[*]")

@@ -7,7 +7,8 @@
   the module view (`NAME.show()`), a new cell below (`NAME.edit`), long
   compiles and tuning runs shown in the module's views.
 - `register_formatters` makes a `LiveModule` that ends a cell show its module
-  view (IPython's display formatters: the core has no `_repr_mimebundle_`).
+  view, and a `Graph` (`NAME.graph`) its widget and picture (IPython's display
+  formatters: the core has no `_repr_mimebundle_`).
 
 A TVM compile runs in the kernel's own thread, so a view can only show one
 from another thread: a `CompileWatch` per module writes what is compiling,
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .._core.front_end_port import FrontEnd, Progress
+from .._core.inspect.graph import Graph
 from .._core.live.live_module import LiveModule, UpdateResult
 from . import render
 from .widgets import CellWidget, ModuleWidget, ProgressLine
@@ -207,6 +209,17 @@ def _live_module_bundle(live: LiveModule) -> dict:
     return module_view(live)._repr_mimebundle_()
 
 
+def _graph_bundle(graph) -> dict:
+    """`NAME.graph(...)` as a cell's result: the widget and its picture, or, without the
+    `graph` extra installed, the graph's text and how to get the picture."""
+    try:
+        from .graph_widget import GraphWidget
+    except ImportError as missing:
+        note = f"(no picture: {missing.name} is not installed; pip install 'tvm-pyfunc-nb[graph]')"
+        return {"text/plain": f"{graph!r}\n{note}"}
+    return GraphWidget(graph).bundle()
+
+
 def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.build.stats import CompileStats
@@ -236,6 +249,7 @@ def _html_views() -> dict[type, object]:
 def register_formatters(shell) -> None:
     formatters = shell.display_formatter
     formatters.mimebundle_formatter.for_type(LiveModule, _live_module_bundle)
+    formatters.mimebundle_formatter.for_type(Graph, _graph_bundle)
     for kind, view in _html_views().items():
         formatters.formatters["text/html"].for_type(kind, view)
 
@@ -243,5 +257,6 @@ def register_formatters(shell) -> None:
 def unregister_formatters(shell) -> None:
     formatters = shell.display_formatter
     formatters.mimebundle_formatter.pop(LiveModule, None)
+    formatters.mimebundle_formatter.pop(Graph, None)
     for kind in _html_views():
         formatters.formatters["text/html"].pop(kind, None)

@@ -2,5 +2,7 @@
 
 - `tracing.py`: `trace`; `comparing.py`, `kernel_compare.py`: `compare`, by binding or kernel;
 - `profiling.py`: `profile`; `timing.py`: `time`;
-- `lowered_views.py`: `lowered`, `kernels`, `source`.
+- `lowered_views.py`: `lowered`, `kernels`, `source`;
+- `graph.py`: `graph`, the function as nodes, edges and groups; `graph_marks.py`: what an
+  overlay (compare, profile, trace) says of each node.
 """

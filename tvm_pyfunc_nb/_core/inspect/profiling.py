@@ -86,7 +86,10 @@ class Profile:
 
     header = ("kernel", "kind", "calls", "total", "mean", "share", "bindings", "PyTorch ops")
 
-    def __init__(self, function: str, rows: list[KernelTime], whole: float, how: str):
+    def __init__(
+        self, function: str, rows: list[KernelTime], whole: float, how: str, module: str = ""
+    ):
+        self.module = module  # the live module's name
         self.function = function
         self.rows = rows
         self.time = whole
@@ -243,7 +246,8 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
         function(*tvm_args)
         hook.end_run()
     rows = _rows(parts, fn, linked, hook.tallies, whole)
-    return Profile(fn, rows, whole, f"kernels by time_evaluator on {parts.runner.where}")
+    how = f"kernels by time_evaluator on {parts.runner.where}"
+    return Profile(fn, rows, whole, how, module=parts.name)
 
 
 def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> list[KernelTime]:

@@ -10,7 +10,7 @@ than the plain one; the values are those of the same ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -51,14 +51,20 @@ def tapped(func: relax.Function) -> tuple[relax.Function, list[Tap]]:
     )
     body = relax.BlockBuilder().normalize(body)
     copy = relax.Function(plain.params, body, None, plain.is_pure, plain.attrs)
-    taps, seen = [], set()
-    for binding in bindings:
-        name, k = binding.var.name, 1
-        while name in seen:  # as TVM's printer shows a name used twice
-            name, k = f"{binding.var.name}_{k}", k + 1
+    names = unique_names(b.var for b in bindings)
+    return copy, [Tap(name, op_of(b.value)) for name, b in zip(names, bindings, strict=True)]
+
+
+def unique_names(variables: Iterable[relax.Var]) -> list[str]:
+    """Each variable's name, a name used twice made unique as TVM's printer shows it (`lv_1`)."""
+    names, seen = [], set()
+    for var in variables:
+        name, k = var.name, 1
+        while name in seen:
+            name, k = f"{var.name}_{k}", k + 1
         seen.add(name)
-        taps.append(Tap(name, op_of(binding.value)))
-    return copy, taps
+        names.append(name)
+    return names
 
 
 def op_of(value) -> str:
@@ -91,13 +97,18 @@ class TracedValue:
 
 def inputs_of(value) -> list[str]:
     """The bindings and parameters a binding's value reads, by name."""
+    return [var.name for var in input_vars(value)]
+
+
+def input_vars(value) -> list[relax.Var]:
+    """The bindings and parameters a binding's value reads."""
     if isinstance(value, relax.Call):
-        return [name for arg in value.args for name in inputs_of(arg)]
+        return [var for arg in value.args for var in input_vars(arg)]
     if isinstance(value, relax.Tuple):
-        return [name for item in value.fields for name in inputs_of(item)]
+        return [var for item in value.fields for var in input_vars(item)]
     if isinstance(value, relax.TupleGetItem):
-        return inputs_of(value.tuple_value)
-    return [value.name] if isinstance(value, relax.Var) else []
+        return input_vars(value.tuple_value)
+    return [value] if isinstance(value, relax.Var) else []
 
 
 @dataclass(frozen=True)
@@ -176,7 +187,9 @@ class Trace(Mapping[str, torch.Tensor]):
         intermediates: list[TracedValue],
         output,
         where: Mapping[str, SourceSite] | None = None,
+        module: str = "",
     ):
+        self.module = module  # the live module's name
         self.function = function
         self.intermediates = intermediates
         self.output = output
@@ -294,7 +307,8 @@ def trace(
     output, values = parts.runner.run_relax(fn, linked, entry, args)
     origin = parts.torch_origins.get(fn)
     where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
-    traced = Trace(fn, traced_values(taps, values), output, {b: s for b, s in where.items() if s})
+    sites = {b: s for b, s in where.items() if s}
+    traced = Trace(fn, traced_values(taps, values), output, sites, module=parts.name)
     if stop_at is not None:
         stop(traced, entry.func, args, stop_at)
     return traced

@@ -13,7 +13,7 @@ as one `ModuleParts` (module_parts.py), and delegates:
   the latest call of each function;
 - features, each a function of the parts in its own module: `trace`
   (tracing.py), `compare` (comparing.py; `by="kernel"`: kernel_compare.py),
-  `time` (timing.py), `profile` (profiling.py),
+  `time` (timing.py), `profile` (profiling.py), `graph` (graph.py),
   `lowered`/`kernels`/`source` (inspect/lowered_views.py), `schedule`/`tune` (tuning/),
   `export` (exporting.py), `script`/`edit_text` (script_text.py).
 
@@ -47,6 +47,7 @@ from ..inspect import (
     timing,
     tracing,
 )
+from ..inspect import graph as dataflow
 from ..models.importing import added_contribution, binding_site, import_torch
 from ..module_parts import ModuleParts
 from ..options import ModuleOptions, check_target_runs_on, device_of, module_options
@@ -343,6 +344,13 @@ class LiveModule(UpstreamInterface):
         pyfuncs; the VM's own work apart): a table slowest first, with the bindings and PyTorch
         ops fused into each and where they came from."""
         return profiling.profile(self._parts, fn, args, number, repeat)
+
+    def graph(self, fn: str, overlay=None, *, by: str = "binding") -> dataflow.Graph:
+        """Relax function `fn` as a dataflow graph, drawn in a notebook in groups by `nn.Module`
+        that fold: a node per binding, or per kernel launch of the compiled function
+        (`by="kernel"`). `overlay=` what `compare`, `profile` or `trace` returned for `fn`
+        colours the nodes by error, time or non-finite values."""
+        return dataflow.graph(self._parts, fn, overlay, by)
 
     def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or

@@ -83,7 +83,21 @@ def site_of(node: torch.fx.Node) -> SourceSite | None:
     if not stack and frame is None:
         return None
     file, line, code = frame or ("", 0, "")
-    return SourceSite(_module_path(path), str(kind).rsplit(".", 1)[-1], file, line, code)
+    return SourceSite(_module_path(path), _class_name(kind), file, line, code)
+
+
+def module_classes(nodes: Iterable[torch.fx.Node]) -> dict[str, str]:
+    """`{module path: class}` of every `nn.Module` that ran one of `nodes`, outer ones included
+    (`blocks` -> `Sequential`, `blocks.0` -> `Block`): what a graph's groups are called."""
+    found: dict[str, str] = {}
+    for node in nodes:
+        for path, kind in (node.meta.get("nn_module_stack") or {}).values():
+            found.setdefault(_module_path(path), _class_name(kind))
+    return found
+
+
+def _class_name(kind) -> str:
+    return str(kind).rsplit(".", 1)[-1]
 
 
 def innermost_user_frame(stack_trace: str) -> tuple[str, int, str] | None:
