@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
 PORT   ?= 8888
 
-.PHONY: install lab run-notebooks notebooks lint test bench models browser-deps clean
+.PHONY: install lab run-notebooks notebooks lint test bench models ops browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,13 @@ bench: install
 ## MODELS="bert swin" for some of them; OPTIONS="--offload torch" under other options.
 models: install
 	$(BIN)/python benchmarks/models_report.py $(MODELS) $(if $(OPTIONS),--options "$(OPTIONS)")
+
+## Every op of TVM's PyTorch importer (its convert map: tests/op_corpus.py has a model for each)
+## through plain TVM and through a live module, against PyTorch, for this CPU and for x86-64-v3:
+## a table per op in benchmarks/OPS.md. Tens of minutes: JOBS worker processes (2) at nice 10;
+## CASES="cosh pad_circular" for some of them (then nothing is written).
+ops: install
+	nice -n 10 $(BIN)/python benchmarks/ops_report.py $(CASES) --jobs $(or $(JOBS),2)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -214,7 +214,9 @@ def worker() -> None:
 
     torch.set_num_threads(1)
     import op_corpus  # noqa: F401 (imported once, before the first job)
+    import tvm_pyfunc_nb  # noqa: F401
 
+    _send({"stage": "ready"})  # a job's time starts now, not while torch and TVM load
     for line in sys.stdin:
         job = json.loads(line)
         with contextlib.redirect_stdout(io.StringIO()):
@@ -246,6 +248,7 @@ def serve(jobs: queue.Queue, results: list, timeout: float, log, lock: threading
             break
         if process is None or process.poll() is not None:
             process = worker_process(log)
+            process.stdout.readline()  # "ready"
         process.stdin.write(json.dumps(job) + "\n")
         process.stdin.flush()
         result, stage, deadline = None, "plain", time.monotonic() + timeout

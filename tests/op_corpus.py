@@ -421,41 +421,48 @@ for _name, _fn in LOGICAL:
     )
 
 ints_pair = pair(ROW, ROW, lambda *s: ints(-64, 64, *s))
+
+
+def bits():
+    """Small non-negative integers: what bit masks and flags hold."""
+    return lambda: (ints(0, 64, 4, 32),)
+
+
 BITWISE = [
     ("bitwise_and", "bitwise_and.Tensor", torch.bitwise_and, ints_pair),
     (
         "bitwise_and_scalar",
         "bitwise_and.Scalar",
         lambda x: torch.bitwise_and(x, 6),
-        lambda: (ints(0, 64, 4, 32),),
+        bits(),
     ),
     ("bitwise_or", "bitwise_or.Tensor", torch.bitwise_or, ints_pair),
     (
         "bitwise_or_scalar",
         "bitwise_or.Scalar",
         lambda x: torch.bitwise_or(x, 5),
-        lambda: (ints(0, 64, 4, 32),),
+        bits(),
     ),
     ("bitwise_or_inplace", "bitwise_or_.Tensor", lambda x, y: (x * 1).bitwise_or_(y), ints_pair),
     (
         "bitwise_or_scalar_inplace",
         "bitwise_or_.Scalar",
         lambda x: (x + 0).bitwise_or_(9),
-        lambda: (ints(0, 64, 4, 32),),
+        bits(),
     ),
     ("bitwise_xor", "bitwise_xor.Tensor", torch.bitwise_xor, ints_pair),
     (
         "bitwise_xor_scalar",
         "bitwise_xor.Scalar",
         lambda x: torch.bitwise_xor(x, 3),
-        lambda: (ints(0, 64, 4, 32),),
+        bits(),
     ),
     ("and_masks", "__and__.Tensor", lambda a, b: a & b, pair(ROW, ROW, lambda *s: mask(*s))),
-    ("and_scalar", "__and__.Scalar", lambda x: x & 12, lambda: (ints(0, 64, 4, 32),)),
+    ("and_scalar", "__and__.Scalar", lambda x: x & 12, bits()),
     ("or_masks", "__or__.Tensor", lambda a, b: a | b, pair(ROW, COL, lambda *s: mask(*s))),
-    ("or_scalar", "__or__.Scalar", lambda x: x | 1, lambda: (ints(0, 64, 4, 32),)),
+    ("or_scalar", "__or__.Scalar", lambda x: x | 1, bits()),
     ("xor_ints", "__xor__.Tensor", lambda a, b: a ^ b, ints_pair),
-    ("xor_scalar", "__xor__.Scalar", lambda x: x ^ 7, lambda: (ints(0, 64, 4, 32),)),
+    ("xor_scalar", "__xor__.Scalar", lambda x: x ^ 7, bits()),
     (
         "and_ints_int32",
         "bitwise_and.Tensor",
