@@ -214,6 +214,7 @@ def worker() -> None:
 
     torch.set_num_threads(1)
     import op_corpus  # noqa: F401 (imported once, before the first job)
+
     import tvm_pyfunc_nb  # noqa: F401
 
     _send({"stage": "ready"})  # a job's time starts now, not while torch and TVM load
