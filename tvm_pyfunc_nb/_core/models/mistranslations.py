@@ -62,8 +62,10 @@ def _pool_indices(node) -> str | None:
 
 
 def _norm_statistics(node) -> str | None:
-    if _used_outputs(node) & {1, 2}:
-        return "its mean and rstd outputs have the input's shape"
+    """A normalization's outputs after the first: the batch's mean and rstd (and, in training,
+    the running statistics after it), none of them PyTorch's."""
+    if _used_outputs(node) & {1, 2, 3, 4}:
+        return "its mean, rstd and running statistics are not PyTorch's"
     return None
 
 
@@ -104,6 +106,9 @@ _CHECKS: dict[str, Callable] = {
     "max_pool2d_with_indices.default": _pool_indices,
     "max_pool3d_with_indices.default": _pool_indices,
     "native_layer_norm.default": _norm_statistics,
+    "native_group_norm.default": _norm_statistics,
+    "_native_batch_norm_legit.no_stats": _norm_statistics,
+    "_native_batch_norm_legit_functional.default": _norm_statistics,
     "upsample_nearest2d.vec": _nearest,
     "_upsample_bilinear2d_aa.default": _antialias,
     "grid_sampler_2d.default": lambda node: "it reads the grid as another layout (wrong shape)",
