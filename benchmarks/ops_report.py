@@ -17,8 +17,9 @@ why` (with the stage: export, import, compile, call). Cases run in worker proces
 priority they were started with (`make ops` starts them at nice 10), one job (case x target) at a
 time each: a crash (a signal) or a job over `--timeout` seconds ends its worker and is that
 cell's result, and a new worker takes the next job. The table is printed and written to
-`benchmarks/OPS.md` (only when every case ran). Nothing here asserts: `tests/test_op_corpus.py`
-does, on a slice.
+`benchmarks/OPS.md` (only for every case). `--json FILE` keeps the results (a run of some cases
+updates theirs) and `--from-json FILE` makes the table of them again without running anything.
+Nothing here asserts: `tests/test_op_corpus.py` does, on a slice.
 """
 
 from __future__ import annotations
@@ -437,7 +438,7 @@ def _compare_says(results: list[dict], status: str) -> list[str]:
     return sorted({r["case"] for r in results if r.get("compare", {}).get("status") == status})
 
 
-def report(results, names, targets, seconds: float, load: str) -> str:
+def report(results, names, targets, minutes: float, load: str) -> str:
     import torch
     import tvm
     from op_corpus import convert_map_entries, gaps
@@ -455,7 +456,7 @@ def report(results, names, targets, seconds: float, load: str) -> str:
             f"- {platform.machine()}, Python {platform.python_version()}, apache-tvm "
             f"{tvm.__version__}, torch {torch.__version__}, tvm_pyfunc_nb "
             f"{tvm_pyfunc_nb.__version__}; {os.cpu_count()} cores, load average {load} at start; "
-            f"{seconds / 60:.0f} min",
+            f"{minutes:.0f} min (the whole run, at nice 10 beside other work)",
             f"- {len(entries)} convert-map entries (`ExportedProgramImporter`), {len(gaps())} "
             f"without a case; {held} of them are in the graph TVM translates for some case, the "
             "others torch.export decomposes into other ops first (both sides translate the "
@@ -497,32 +498,47 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--targets", default="native,v3", help="native, v3 or both")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--timeout", type=float, default=600, help="seconds a job may take")
-    parser.add_argument("--json", help="also write every result to this file")
-    parser.add_argument("--from-json", help="no runs: the report of the results in this file")
+    parser.add_argument(
+        "--json", help="also keep the results in this file (a run of some cases updates theirs)"
+    )
+    parser.add_argument("--from-json", help="run nothing: the report of the results in this file")
     given = parser.parse_args(argv)
     unknown = [c for c in given.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown cases {unknown}")
     targets = given.targets.split(",")
     names = given.cases or list(CASES)
-    start, load = time.perf_counter(), ", ".join(f"{x:.2f}" for x in os.getloadavg())
     if given.from_json:
-        results = json.loads(Path(given.from_json).read_text())
+        run = json.loads(Path(given.from_json).read_text())
     else:
+        start, load = time.perf_counter(), ", ".join(f"{x:.2f}" for x in os.getloadavg())
         results = run_all(names, targets, given.jobs, given.timeout)
+        run = {"load": load, "minutes": (time.perf_counter() - start) / 60, "results": results}
+        if given.json:
+            run = _saved(Path(given.json), run, whole=not given.cases)
     order = {(n, t): i for i, (n, t) in enumerate((n, t) for n in names for t in targets)}
     results = sorted(
-        (r for r in results if (r["case"], r["target"]) in order),
+        (r for r in run["results"] if (r["case"], r["target"]) in order),
         key=lambda r: order[(r["case"], r["target"])],
     )
-    if given.json:
-        Path(given.json).write_text(json.dumps(results, indent=1))
-    text = report(results, names, targets, time.perf_counter() - start, load)
+    text = report(results, names, targets, run["minutes"], run["load"])
     print()
     print(text)
     if not given.cases and len(targets) == len(TARGETS):
         (HERE / "OPS.md").write_text(text)
     return 0
+
+
+def _saved(path: Path, run: dict, whole: bool) -> dict:
+    """`run` written to `path`: replacing what is there for a whole run, else updating the
+    results of its cases (the load and minutes stay the whole run's)."""
+    if not whole and path.exists():
+        kept = json.loads(path.read_text())
+        done = {(r["case"], r["target"]) for r in run["results"]}
+        others = [r for r in kept["results"] if (r["case"], r["target"]) not in done]
+        run = {**kept, "results": others + run["results"]}
+    path.write_text(json.dumps(run, indent=1))
+    return run
 
 
 if __name__ == "__main__":
