@@ -58,10 +58,12 @@ models: install
 
 ## Every op of TVM's PyTorch importer (its convert map: tests/op_corpus.py has a model for each)
 ## through plain TVM and through a live module, against PyTorch, for this CPU and for x86-64-v3:
-## a table per op in benchmarks/OPS.md. Tens of minutes: JOBS worker processes (2) at nice 10;
-## CASES="cosh pad_circular" for some of them (then nothing is written).
+## a table per op in benchmarks/OPS.md. Tens of minutes: JOBS worker processes (2) at nice 10.
+## CASES="cosh pad_circular" runs some of them again, updating build/ops.json (the results);
+## `python benchmarks/ops_report.py --from-json build/ops.json` then writes the table again.
 ops: install
-	nice -n 10 $(BIN)/python benchmarks/ops_report.py $(CASES) --jobs $(or $(JOBS),2)
+	mkdir -p build
+	nice -n 10 $(BIN)/python benchmarks/ops_report.py $(CASES) --jobs $(or $(JOBS),2) --json build/ops.json
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
