@@ -450,21 +450,28 @@ def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, No
 
 
 # ATen ops whose value is memory they never write (what PyTorch holds there is any bytes), and
-# ops whose value is a part of their first input's, as it is
+# ops whose value is (a part of) some of their inputs', by position: views, copies, part writes
 _UNWRITTEN = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty"})
-_VIEWS = frozenset(
-    {"slice", "select", "view", "reshape", "permute", "transpose", "expand", "alias"}
-    | {"squeeze", "unsqueeze", "clone", "narrow", "_unsafe_view"}
-)
+_VIEWS = ("slice", "select", "view", "reshape", "permute", "transpose", "expand", "alias")
+_CARRIED = {
+    **dict.fromkeys((*_VIEWS, "squeeze", "unsqueeze", "clone", "narrow", "_unsafe_view"), (0,)),
+    "copy": (1,),
+    "slice_scatter": (0, 1),
+    "select_scatter": (0, 1),
+}
 
 
 def _unwritten(node) -> bool:
-    """Whether `node`'s value is memory never written: an `empty`, or a view of one."""
+    """Whether `node`'s value holds memory never written: an `empty`, or a view, copy or part
+    write of such a value (a circular pad writes its border in pieces, from itself)."""
     op = str(getattr(node.target, "__name__", "")).split(".")[0]
     if op in _UNWRITTEN:
         return True
-    source = node.args[0] if node.args else None
-    return op in _VIEWS and isinstance(source, torch.fx.Node) and _unwritten(source)
+    return any(
+        isinstance(node.args[i], torch.fx.Node) and _unwritten(node.args[i])
+        for i in _CARRIED.get(op, ())
+        if i < len(node.args)
+    )
 
 
 def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:
