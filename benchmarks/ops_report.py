@@ -394,7 +394,8 @@ def coverage_table(reached: dict[str, list[str]]) -> str:
     for entry, names in covering().items():
         cases = ", ".join(f"`{n}`" for n in names) or "**none: a gap**"
         found = reached.get(entry)
-        held = f"yes ({len(found)} cases)" if found else "no: decomposed before translation"
+        count = f"{len(found)} case{'s' if len(found) > 1 else ''}" if found else ""
+        held = f"yes ({count})" if found else "no: decomposed before translation"
         lines.append(f"| `{entry}` | {cases} | {held} |")
     return "\n".join(lines)
 
