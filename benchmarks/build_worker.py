@@ -26,19 +26,16 @@ from workload import primfunc
 
 from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.builder import Recipe
 from tvm_pyfunc_nb._core.build.library_files import write_library
-from tvm_pyfunc_nb._core.build.linking import called_prim_funcs
+from tvm_pyfunc_nb._core.build.linking import vm_codegen
 from tvm_pyfunc_nb._core.build.stats import CompileStats
-from tvm_pyfunc_nb._core.build.worker import (
-    BuildWorker,
-    build_and_run,
-    build_kernels,
-    link_executable,
-    lower,
-)
+from tvm_pyfunc_nb._core.build.worker.process import BuildWorker
+from tvm_pyfunc_nb._core.faults.isolation import WorkerBuilder
 from tvm_pyfunc_nb._core.options import ModuleOptions
 
 OPTIONS = ModuleOptions()
+RECIPE = Recipe.of(OPTIONS)
 RELAX = """
 @R.function
 def mlp(x: R.Tensor((8, 64), "float32"), w: R.Tensor((64, 32), "float32"),
@@ -56,6 +53,11 @@ def kernel(constant: float):
     return live.ir_mod["k0"]
 
 
+def build_kernels(worker: BuildWorker, funcs: dict):
+    """`funcs` built in `worker`, as a module with --isolate builds them (crash guards in)."""
+    return WorkerBuilder("bench", worker).tirx_build(RECIPE.as_built(funcs), RECIPE.target)
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -70,7 +72,7 @@ def starts(repeats: int) -> dict:
         worker.close()
     for i in range(max(1, repeats // 4)):
         worker = BuildWorker(warm=True)
-        cold.append(timed(lambda w=worker, i=i: build_kernels(w, OPTIONS, {"k0": kernel(i)})))
+        cold.append(timed(lambda w=worker, i=i: build_kernels(w, {"k0": kernel(i)})))
         worker.close()
     return {"light": statistics.median(light), "cold": statistics.median(cold)}
 
@@ -83,9 +85,7 @@ def edits(worker: BuildWorker, repeats: int) -> dict:
     for i in range(repeats):
         ours, theirs = kernel(100.0 + i), kernel(200.0 + i)
         here.append(timed(lambda f=ours: build.tirx_build({"k0": f}).get_function("k0")))
-        there.append(
-            timed(lambda f=theirs: build_kernels(worker, OPTIONS, {"k0": f}).get_function("k0"))
-        )
+        there.append(timed(lambda f=theirs: build_kernels(worker, {"k0": f}).get_function("k0")))
     return {"here": statistics.median(here), "worker": statistics.median(there)}
 
 
@@ -112,23 +112,24 @@ def isolated_edits(repeats: int) -> dict:
 
 def links(worker: BuildWorker, repeats: int) -> dict:
     """A Relax function lowered through the pipeline and linked with its kernels: by `Build`
-    here (nothing kept), or lowered and built in the worker and linked here."""
+    here (nothing kept), or by a `Build` whose builder is the worker (lowered and built there,
+    linked here, as with --isolate)."""
     live = LiveModule("bench")
     live.run_cell(RELAX)
     mod = live.ir_mod
     args = [np.ones((8, 64), "float32"), np.ones((64, 32), "float32"), np.ones(32, "float32")]
 
+    builder = WorkerBuilder("bench", worker)
+
     def in_worker():
-        lowered = lower(worker, OPTIONS, mod)
-        called = dict(called_prim_funcs(lowered.lowered, lowered.leftover))
-        kernels = {gv.name_hint: f for gv, f in called.items()}
-        return link_executable(lowered.executable, [build_kernels(worker, OPTIONS, kernels)])
+        build = Build(OPTIONS, CompileStats(), builder=builder)
+        return build.link(mod, use_cache=False).executable
 
     here, there, runs = [], [], []
     for _ in range(repeats):
         here.append(timed(lambda: Build(OPTIONS, CompileStats()).link(mod, use_cache=False)))
         there.append(timed(in_worker))
-        runs.append(timed(lambda: build_and_run(worker, OPTIONS, mod, "mlp", args)))
+        runs.append(timed(lambda: builder.build_and_run(OPTIONS, mod, "mlp", args)))
     vm = relax.VirtualMachine(in_worker(), tvm.cpu())
     expected = relax.VirtualMachine(Build(OPTIONS, CompileStats()).link(mod).executable, tvm.cpu())
     inputs = [tvm.runtime.tensor(a) for a in args]
@@ -137,15 +138,8 @@ def links(worker: BuildWorker, repeats: int) -> dict:
         "here": statistics.median(here),
         "worker": statistics.median(there),
         "build_and_run": statistics.median(runs),
-        "kernels": len(called_prim_funcs(*_lowered(mod))),
+        "kernels": len(vm_codegen(Build(OPTIONS, CompileStats()).lower(mod))[1]),
     }
-
-
-def _lowered(mod) -> tuple:
-    from tvm.relax.vm_build import _vmcodegen
-
-    lowered = Build(OPTIONS, CompileStats()).lower(mod)
-    return lowered, _vmcodegen(relax.ExecBuilder(), lowered)
 
 
 def writes(repeats: int) -> dict:
@@ -164,7 +158,7 @@ def writes(repeats: int) -> dict:
 def measure(repeats: int) -> dict:
     figures = {"start": starts(repeats)}
     worker = BuildWorker(warm=True)
-    build_kernels(worker, OPTIONS, {"k0": kernel(-1.0)})  # ready, and LLVM's first use paid
+    build_kernels(worker, {"k0": kernel(-1.0)})  # ready, and LLVM's first use paid
     Build(OPTIONS, CompileStats()).tirx_build({"k0": kernel(-2.0)}).get_function("k0")
     figures["round_trip"] = statistics.median(
         timed(lambda: worker.run(functools.partial(sum, [1]))) for _ in range(50)

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from harness import module_cell, notebook_shell
 
 from tvm_pyfunc_nb._core.inspect.timing import wall_clock_samples
+from tvm_pyfunc_nb.testing import parts_of
 
 # No spaces: IPython's magic-line splitter keeps quotes, so the README's quoted form
 # `--target '{"kind": "llvm", "mcpu": "native"}'` reaches TVM with its quotes and is refused.
@@ -141,7 +142,7 @@ def measure(number: int, repeat: int, rounds: int, trials: int) -> dict:
         return compare(mm, "matmul", (a, b, c), torch_matmul, number, repeat, rounds)
 
     out: dict = {
-        "target": str(mm._parts.target),
+        "target": str(parts_of(mm).target),
         "torch_threads": torch.get_num_threads(),
     }
     out["naive"] = timed_matmul()

@@ -33,6 +33,7 @@ from harness import module_cell, notebook_shell
 from make_fast import BATCH, MLP, SIZES, compare, inductor, torch_mlp
 
 from tvm_pyfunc_nb._core.inspect.timing import tvm_threads
+from tvm_pyfunc_nb.testing import parts_of
 
 # The settings each model is timed under (`%%tvmmodule` options). `tune("main")` rows are a
 # variant of the default module tuned after it is built: add them here.
@@ -124,7 +125,7 @@ def per_op(live, fn: str, args) -> list[tuple[str, float]]:
     figure carries the hook's own overhead (about a microsecond)."""
     import tvm
 
-    parts = live._parts
+    parts = parts_of(live)
     vm = parts.compiler.linked_for(parts.state, fn).vm(live.device)
     spent: dict[str, list[float]] = collections.defaultdict(list)
     started: dict[str, float] = {}

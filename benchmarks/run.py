@@ -438,7 +438,7 @@ def worker_rows(worker: dict) -> list[Row]:
             "kept (matmul, add, relu, softmax)",
             link["here"],
             link["worker"],
-            note="the worker: `lower` there, `build_kernels` there, `link_executable` here",
+            note="the worker: the pipeline and the kernels' build there, the link here",
         ),
     ]
 

@@ -38,7 +38,7 @@ SECONDS = {
     "tests/test_real_models.py::TestOnAnAVX2CPU": 22,
     "tests/test_compile_cache.py": 51,
     "tests/test_first_hour.py": 43,
-    "tests/test_isolate.py": 45,
+    "tests/test_isolate.py": 80,
     "tests/test_offload.py": 31,
     "notebooks/09_another_machine.ipynb": 31,
     "tests/test_as_torch_runs.py": 30,

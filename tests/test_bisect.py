@@ -20,6 +20,7 @@ from tvm import relax
 from tvm_pyfunc_nb import LiveModule, testing
 from tvm_pyfunc_nb._views import render
 from tvm_pyfunc_nb.errors import CallError, UnknownFunctionError
+from tvm_pyfunc_nb.testing import parts_of
 
 RELAX = """
 @R.function
@@ -59,7 +60,7 @@ def model_bisected(pipelines):
     def heard(k, note):
         steps.append(k)
 
-    return bisecting.bisect(live._parts, "main", (x,), on_step=heard), steps
+    return bisecting.bisect(parts_of(live), "main", (x,), on_step=heard), steps
 
 
 def test_bisect_names_the_pass_that_changes_the_numbers_against_the_pytorch_model(model_bisected):

@@ -12,6 +12,7 @@ import ctypes
 import functools
 import multiprocessing
 import os
+import shutil
 import signal
 import textwrap
 import threading
@@ -20,7 +21,6 @@ import time
 import numpy as np
 import psutil
 import pytest
-import torch
 import tvm
 from cells import LLVM_ABORTS_IN_CODEGEN
 from tvm import relax
@@ -28,16 +28,17 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T
 
+from tvm_pyfunc_nb._core.build import trust
+from tvm_pyfunc_nb._core.build.build import Build
+from tvm_pyfunc_nb._core.build.builder import Recipe
+from tvm_pyfunc_nb._core.build.library_files import load_library
+from tvm_pyfunc_nb._core.build.pass_contexts import CallerContext
+from tvm_pyfunc_nb._core.build.stats import CompileStats
 from tvm_pyfunc_nb._core.build.worker.child import error_payload, rebuild_error
-from tvm_pyfunc_nb._core.build.worker.jobs import (
-    build_and_run,
-    build_kernels,
-    import_torch,
-    link_executable,
-    lower,
-)
+from tvm_pyfunc_nb._core.build.worker.jobs import BuildKernels
 from tvm_pyfunc_nb._core.build.worker.pass_log import leaves
 from tvm_pyfunc_nb._core.build.worker.process import BuildWorker
+from tvm_pyfunc_nb._core.faults.isolation import WorkerBuilder
 from tvm_pyfunc_nb._core.options import ModuleOptions
 from tvm_pyfunc_nb.errors import CompileError, TVMModuleError, WorkerCrash
 
@@ -196,6 +197,43 @@ def test_a_file_of_the_worker_that_others_could_have_changed_is_not_loaded(worke
         path.unlink()
 
 
+def test_a_folder_removed_is_made_again_and_no_write_follows_a_symlink(worker, tmp_path):
+    """A tmp cleaner removes the worker's folder; someone makes the path again, with the old
+    log's name a symlink to a file of theirs. Jobs go on (a crash is still reported with the
+    worker's last words) and that file is left as it was."""
+    worker.run(quick_job())
+    folder = worker.directory
+    shutil.rmtree(folder)
+    path = worker.new_file(".so")  # where a job writes: checked, made again
+    assert path.parent.is_dir() and not path.exists()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("keep me")
+    (folder / "stderr.log").symlink_to(theirs)
+    with pytest.raises(WorkerCrash) as raised:
+        worker.run(functools.partial(ctypes.string_at, 0))
+    assert "Fatal Python error: Segmentation fault" in raised.value.crash.output
+    assert worker.run(quick_job()) == 6
+    assert theirs.read_text() == "keep me"
+
+
+def test_a_forked_child_that_exits_leaves_its_parents_worker_alone(worker):
+    """A forked child inherits the parent's `atexit` (the worker's `close`, the temporary
+    folder's removal): run there, they must not end the parent's worker or remove its folder."""
+    worker.run(quick_job())
+    parent, pid, folder = os.getpid(), worker.pid, worker.directory
+    child = os.fork()
+    if child == 0:  # what the child's exit runs
+        try:
+            worker.close()
+            trust._remove_temporary(parent)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert folder.is_dir() and trust.temporary_directory() in folder.parents
+    assert alive(pid) and worker.run(quick_job()) == 6 and worker.pid == pid
+
+
 # -- TVM jobs (the child imports TVM once, for all of them) ---------------------------------
 @I.ir_module
 class AddThenSoftmax:
@@ -229,29 +267,31 @@ def expected() -> np.ndarray:
 
 def test_kernels_built_in_the_worker_load_here_and_each_stage_is_heard(worker):
     heard = []
-    kernel = {"add_exp": AddThenSoftmax["add_exp"]}
-    lib = build_kernels(worker, OPTIONS, kernel, on_stage=heard.append)
+    recipe = Recipe.of(OPTIONS)
+    kernel = recipe.as_built({"add_exp": AddThenSoftmax["add_exp"]})
+    output = worker.new_file(".so")
+    target = dict(recipe.target.export())
+    job = BuildKernels(target, CallerContext(), tvm.ir.save_json(kernel), ("add_exp",), str(output))
+    worker.run(job, on_stage=heard.append)
+    lib = load_library(worker.trusted_file(output))
+    output.unlink()
     out = tvm.runtime.tensor(np.zeros(16, dtype="float32"))
     lib["add_exp"](tvm.runtime.tensor(X), tvm.runtime.tensor(Y), out)
     np.testing.assert_allclose(out.numpy(), np.exp(X) + Y, rtol=1e-6)
-    assert heard[0] == "building add_exp"
-    assert "tir pass tirx.VectorizeLoop" in heard
-    assert heard[-2:] == ["codegen", "link"]
+    assert heard == ["the TIR build", "codegen", "link"]
     assert list(worker.directory.glob("job-*")) == []  # the library was loaded, then deleted
 
 
-def test_a_relax_function_lowered_there_links_here_and_runs_as_compiled_here(worker, expected):
-    lowered = lower(worker, OPTIONS, AddThenSoftmax)
-    called = {
-        gv.name_hint: f
-        for gv, f in lowered.leftover.functions_items()
-        if isinstance(f, tvm.tirx.PrimFunc)
-    }
-    kernels = build_kernels(worker, OPTIONS, called)
-    vm = relax.VirtualMachine(link_executable(lowered.executable, [kernels]), tvm.cpu())
+def test_a_relax_function_lowered_and_built_there_links_here_as_compiled_here(worker, expected):
+    """The build a module with --isolate makes: the pipeline and every kernel in the worker,
+    the schedules, VM codegen and link here."""
+    build = Build(OPTIONS, CompileStats(), builder=WorkerBuilder("m", worker))
+    linked = build.link(AddThenSoftmax)
+    vm = relax.VirtualMachine(linked.executable, tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(X), tvm.runtime.tensor(Y)).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-6)
-    assert "softmax" in " ".join(called)
+    assert any("softmax" in kernel for kernel in linked.kernels)
+    assert linked.sites.of("main")  # what each kernel computes came back from the worker
 
 
 CRAFTED = "add_becomes_subtract"  # a pipeline of the test's own, as a notebook would register it
@@ -284,13 +324,13 @@ def crafted_pipeline():
 def test_a_build_with_a_pass_off_runs_there_and_names_every_pass(
     worker, expected, crafted_pipeline
 ):
-    broken = build_and_run(worker, crafted_pipeline, AddThenSoftmax, "main", [X, Y])
+    builder = WorkerBuilder("m", worker)
+    broken = builder.build_and_run(crafted_pipeline, AddThenSoftmax, "main", [X, Y])
     assert not np.allclose(broken.outputs[0], expected)  # the crafted pass changed the numbers
     names = [run.name for run in broken.passes]
     assert "AddBecomesSubtract" in names and "tirx.VectorizeLoop" in names
     assert {run.phase for run in broken.passes} == {"pipeline", "tir"}
-    fixed = build_and_run(
-        worker,
+    fixed = builder.build_and_run(
         crafted_pipeline,
         AddThenSoftmax,
         "main",
@@ -306,40 +346,21 @@ def test_a_build_with_a_pass_off_runs_there_and_names_every_pass(
     assert "sequential" not in {run.name for run in leaves(fixed.passes)}
 
 
-@pytest.mark.filterwarnings("ignore::FutureWarning")  # torch.export's own, about its internals
-def test_a_model_imported_there_is_the_model_imported_here(worker):
-    """What `add_torch` makes of TVM's importer (each binding's FX node, each weight's name)
-    comes out the same from the worker's translation."""
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-
-    from tvm_pyfunc_nb._core.models.importing import _binding_nodes, _constant_names
-
-    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
-    exported = torch.export.export(model, (torch.ones(2, 4),)).run_decompositions()
-    imported = import_torch(worker, exported)
-    here = ExportedProgramImporter()
-    mod = here.from_exported_program(exported, False, True, False, None)
-    tvm.ir.assert_structural_equal(imported.mod, mod)
-    there_func, here_func = imported.mod["main"], mod["main"]
-    nodes = _binding_nodes(there_func, imported.env)
-    assert nodes == _binding_nodes(here_func, here.env) and len(nodes) >= 2
-    weights = _constant_names(imported.before_binding_params, there_func, exported)
-    here_weights = _constant_names(here.block_builder.get()["main"], here_func, exported)
-    assert sorted(weights.values()) == sorted(here_weights.values()) == ["0_bias", "0_weight"]
-
-
 def test_llvm_fatal_error_while_generating_code_is_a_crash_in_stage_codegen(worker):
     """TVM 0.27 has LLVM abort the process on an x86 intrinsic the target CPU lacks: AVX2's
     `pmadd.wd` in a kernel built for plain x86-64 ("Do not know how to split the result of this
     operator!"). Built in this process, it would end it (and a notebook's kernel)."""
     pmadd = tvm.script.from_source(LLVM_ABORTS_IN_CODEGEN, extra_vars={"T": T})
-    generic = ModuleOptions(target='{"kind": "llvm", "mcpu": "x86-64"}')
-    with pytest.raises(WorkerCrash) as raised:
-        build_kernels(worker, generic, {"pmadd": pmadd})
-    crash = raised.value.crash
+    generic = Recipe.of(ModuleOptions(target='{"kind": "llvm", "mcpu": "x86-64"}'))
+    builder = WorkerBuilder("m", worker)
+    with pytest.raises(CompileError) as raised:
+        builder.tirx_build(generic.as_built({"pmadd": pmadd}), generic.target)
+    assert isinstance(raised.value.__cause__, WorkerCrash)
+    crash = raised.value.__cause__.crash
     assert (crash.signal, crash.stage) == ("SIGABRT", "codegen")
     assert "LLVM ERROR: Do not know how to split the result of this operator!" in crash.output
-    assert str(raised.value).startswith(
+    assert str(raised.value.__cause__).startswith(
         "the build worker was killed by SIGABRT (aborted) during codegen (building pmadd)"
     )
+    assert raised.value.function == "pmadd" and 'm.bisect("pmadd", *args)' in str(raised.value)
     assert worker.run(quick_job()) == 6

@@ -20,6 +20,7 @@ from tvm_pyfunc_nb._core.run.callables import (
     run_compiled,
     signature_of,
 )
+from tvm_pyfunc_nb.testing import parts_of
 
 FAILING = """
 @I.pyfunc
@@ -33,7 +34,7 @@ def halve(self, x):
 def parts():
     live = LiveModule("demo")
     live.run_cell(ADD_TIR + FAILING)
-    return live._parts
+    return parts_of(live)
 
 
 def test_a_function_shows_its_own_parameters_and_resolves_at_its_first_call(parts):
@@ -76,7 +77,7 @@ def test_a_packed_function_gets_its_outputs_allocated_and_a_missing_one_is_named
 
 def test_a_pyfunc_that_raises_names_itself_and_its_line_and_its_call_is_recorded(parts):
     halve = parts.entry("halve")
-    call = pyfunc_callable(parts.calls, halve, parts.owner)
+    call = pyfunc_callable(parts.calls, halve, parts.runner.calling.pyfunc_self)
     assert call.__name__ == "halve"
     with pytest.raises(PyFuncError) as caught:
         call(torch.ones(2))

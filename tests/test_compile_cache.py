@@ -30,17 +30,19 @@ from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 from tvm.s_tir.meta_schedule.database import JSONDatabase, TuningRecord
 
 from tvm_pyfunc_nb import CompileCache, CompileCacheWarning, LiveModule, ScheduleError, _magics
+from tvm_pyfunc_nb._core.build.cache_files import CacheSweep
 from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
 from tvm_pyfunc_nb._core.build.trust import files_problem
-from tvm_pyfunc_nb._core.tuning.entry import unscheduled
-from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
-from tvm_pyfunc_nb._core.tuning.records import (
+from tvm_pyfunc_nb._core.build.tuning_records import (
     RECORD_FILES,
     TuningRecords,
     open_database,
     target_digest,
+    tuning_target,
 )
+from tvm_pyfunc_nb._core.tuning.entry import unscheduled
 from tvm_pyfunc_nb._core.tuning.relax_kernels import kernel_tasks
+from tvm_pyfunc_nb.testing import parts_of
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.full((5,), 2.0)
@@ -154,7 +156,7 @@ def test_the_key_holds_the_resolved_cpu_its_features_and_the_pass_context(tmp_pa
     cache = CompileCache(tmp_path)
     live, _ = call_add(cache)
     cache.flush()
-    build = live._parts.build
+    build = parts_of(live).build
     features = tvm.target.codegen.llvm_get_cpu_features(build.target)
     assert f'"mcpu":"{tvm.target.codegen.llvm_get_system_cpu()}"' in build.key
     assert "+" + ",+".join(sorted(features)) in build.key and "native" not in build.key
@@ -308,6 +310,26 @@ def test_eviction_and_the_sweep_keep_the_bound_and_touch_only_the_caches_own_fil
     survivor.run_cell(kernel(0) + kernel(1) + kernel(2))
     survivor.compile()
     assert tir_compiles(survivor) == [("k1",)]
+
+
+def test_the_sweep_evicts_the_least_recently_used_entries_by_name_only(tmp_path):
+    """The size bound at the level of files (cache_files.py): an entry's record and library go
+    together, the oldest use first; a file not named as the cache names its own stays, and so
+    does a young temporary file (another kernel may be writing it)."""
+    sweep = CacheSweep(tmp_path)
+    now = time.time()
+    for age, key in enumerate(["a" * 40, "b" * 40, "c" * 40]):
+        record, library = sweep.paths(key)
+        library.write_bytes(b"x" * 100)
+        record.write_bytes(b"{}")
+        os.utime(record, (now - 100 * (3 - age),) * 2)
+    theirs, young = tmp_path / ("d" * 39 + ".so"), tmp_path / ".work-young"
+    theirs.write_bytes(b"y" * 1000)
+    young.mkdir()
+    sweep.evict(max_bytes=250)
+    assert sorted(e.key[0] for e in sweep.entries()) == ["b", "c"]
+    assert theirs.exists() and young.exists()
+    assert sweep.clear(tmp_path / "none") == 2 and sweep.entries() == [] and theirs.exists()
 
 
 def test_a_folder_of_the_caches_name_it_did_not_make_is_left_alone(tmp_path):
@@ -597,8 +619,8 @@ def plant(cache: CompileCache, record) -> tuple[Path, LiveModule]:
     """A tuning record for `scaled`'s kernel where a module `demo` with `cache` reads them."""
     live = LiveModule("demo")
     live.run_cell(SCALED)
-    (task,) = kernel_tasks(unscheduled(live._parts, "scaled", link_first=False), "scaled")
-    target = live._parts.build.target
+    (task,) = kernel_tasks(unscheduled(parts_of(live), "scaled", link_first=False), "scaled")
+    target = parts_of(live).build.target
     place = cache.tuning_directory(f"demo.relax-{target_digest(target)}", (), create=True)
     database = JSONDatabase(work_dir=str(place))
     sch = tvm.s_tir.Schedule(task.workload)
@@ -683,7 +705,7 @@ def test_a_tuning_database_cut_short_leaves_the_module_working(tmp_path):
 
     live = add_module(cache)
     key = tvm_ffi.structural_hash(tvm.IRModule({"main": live.ir_mod["add_tir"]})) & 0xFFFFFFFFFFFF
-    target = live._parts.build.target
+    target = parts_of(live).build.target
     folder = f"add_tir-{key:012x}-{target_digest(target)}"
     cut = cache.tuning_directory(folder, (), create=True)
     (cut / "database_workload.json").write_text('["cut sh')
@@ -701,7 +723,7 @@ def test_tuning_a_primfunc_never_reads_a_predictable_or_refused_place(tmp_path):
     memory, where no one else can reach them."""
     live = LiveModule("demo")
     live.run_cell(ADD_TIR)
-    func, target = live.ir_mod["add_tir"], live._parts.build.target
+    func, target = live.ir_mod["add_tir"], parts_of(live).build.target
     mod = tvm.IRModule({"main": func})
     key = f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFF:012x}"
     predictable = Path(tempfile.gettempdir()) / f"tvm-pyfunc-nb-tuning-{os.getuid()}"

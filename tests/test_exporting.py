@@ -16,6 +16,7 @@ from tvm import relax
 
 from tvm_pyfunc_nb import CallError, LiveModule
 from tvm_pyfunc_nb._core.exporting import LibraryExport, export, export_library, python_file
+from tvm_pyfunc_nb.testing import parts_of
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.ones(5)
@@ -25,7 +26,7 @@ Y = torch.ones(5)
 def parts():
     live = LiveModule("demo")
     live.run_cell(ADD_TIR + MAIN_RELAX + SCALE_PYFUNC + RELAX_CALLS_BOTH)
-    return live._parts
+    return parts_of(live)
 
 
 def imported_modules(text: str) -> set[str]:

@@ -23,6 +23,7 @@ from tvm_pyfunc_nb._core.inspect.tracing import summary
 from tvm_pyfunc_nb._views import graph_view, graphviz_engine
 from tvm_pyfunc_nb._views.graph_widget import GraphWidget
 from tvm_pyfunc_nb.errors import CallError
+from tvm_pyfunc_nb.testing import parts_of
 
 BLOCK_LINE = inspect.getsourcelines(Block.forward)[1] + 1
 
@@ -38,7 +39,7 @@ def net(shell):
 
 def edited(shell, live, block: int) -> str:
     """Make the ReLU of `blocks.<block>` a SiLU in a cell; its binding."""
-    origin = live._parts.torch_origins["main"]
+    origin = parts_of(live).torch_origins["main"]
     relu = next(
         b
         for b, n in origin.bindings.items()
@@ -115,7 +116,7 @@ def test_by_kernel_the_nodes_are_the_launches_kernels_lists(shell, net):
     graph = live.graph("main", by="kernel")
     launches = [n for n in graph.nodes if n.kind == KERNEL]
     assert {n.op for n in launches} == set(live.kernels("main"))
-    sites = live._parts.compiler.linked_for(live._parts.state, "main").sites.of("main")
+    sites = parts_of(live).compiler.linked_for(parts_of(live).state, "main").sites.of("main")
     assert sorted(n.bindings for n in launches) == sorted(s for c in sites.values() for s in c)
     # edges join launches (and the input), through the bindings no launch computes
     keys = {n.key for n in launches}

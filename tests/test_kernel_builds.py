@@ -56,7 +56,7 @@ def test_a_kernel_built_here_is_a_module_that_runs_it():
     import numpy as np
     import tvm
 
-    from tvm_pyfunc_nb._core.build.kernel_builds import build_here
+    from tvm_pyfunc_nb._core.build.builder import build_here
 
     lib = build_here(tvm.IRModule({"main": kernel(3)}), tvm.target.Target("llvm"))
     a, b = tvm.runtime.tensor(np.arange(4, dtype="float32")), tvm.runtime.empty((4,), "float32")
@@ -65,12 +65,30 @@ def test_a_kernel_built_here_is_a_module_that_runs_it():
 
 
 def test_an_isolated_build_says_what_the_worker_said_last_and_refuses_rpc():
-    from tvm_pyfunc_nb._core.faults.isolation import _last_words, isolate
+    from tvm_pyfunc_nb._core.faults.isolation import WorkerBuilder, _last_words
     from tvm_pyfunc_nb.errors import TVMModuleError
 
     said = "compiling...\nLLVM ERROR: Do not know how to split the result\nStack dump:\n0. x"
     assert _last_words(said) == "LLVM ERROR: Do not know how to split the result"
     assert _last_words("one\nlast line\n") == "last line" and _last_words("") == ""
-    remote = Build(ModuleOptions(rpc="127.0.0.1:9"), CompileStats(), local=False)
     with pytest.raises(TVMModuleError, match="--isolate builds for this machine"):
-        isolate(remote, ModuleOptions(isolate=True, rpc="127.0.0.1:9"))
+        WorkerBuilder.isolating(ModuleOptions(isolate=True, rpc="127.0.0.1:9"), "remote")
+
+
+def test_a_build_that_could_not_run_where_it_runs_says_nothing_of_the_kernel_and_is_not_kept():
+    """With --isolate the caller's PassContext goes to the worker; an instrument cannot, so the
+    build is refused: an error of the build, not of the kernel, which builds once it can."""
+    import tvm
+
+    from tvm_pyfunc_nb._core.build.kernel_builds import the_kernels_own
+    from tvm_pyfunc_nb._core.build.worker.process import BuildWorker
+    from tvm_pyfunc_nb._core.faults.isolation import WorkerBuilder
+
+    worker = BuildWorker(warm=False)
+    build = Build(ModuleOptions(), CompileStats(), builder=WorkerBuilder("m", worker))
+    with tvm.transform.PassContext(instruments=[tvm.ir.instrument.PassTimingInstrument()]):
+        refused = build.kernels({"three": kernel(3)})["three"]
+    assert isinstance(refused, CompileError) and not the_kernels_own(refused)
+    assert "instruments (PassTimingInstrument)" in str(refused) and refused.function == "three"
+    assert build.kept.counts()["kernels"] == 0 and worker.pid is None  # kept nothing, ran nothing
+    worker.close()

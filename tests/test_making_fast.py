@@ -31,7 +31,7 @@ from tvm_pyfunc_nb import (
     ScheduleError,
     TVMModuleError,
 )
-from tvm_pyfunc_nb._core.build import build
+from tvm_pyfunc_nb._core.build import builder
 from tvm_pyfunc_nb._core.build.disk_cache import OWN_DIR
 from tvm_pyfunc_nb._core.inspect import lowered_views
 from tvm_pyfunc_nb.errors import native_stderr_without
@@ -564,7 +564,7 @@ def test_a_cuda_module_keeps_tvms_cuda_version_warning_out_of_the_notebook(shell
     detect the CUDA version (and takes sm_50): neither the cells nor the views of a CUDA module
     show it, while what else TVM writes to stderr meanwhile still shows."""
     tvm.target.Target("cuda")
-    assert build.NO_CUDA_VERSION in capfd.readouterr().err  # what TVM says by itself here
+    assert builder.NO_CUDA_VERSION in capfd.readouterr().err  # what TVM says by itself here
 
     shell.cell("gpu", MLP + MM64, options=CUDA)
     gpu = shell.ns["gpu"]
@@ -575,8 +575,8 @@ def test_a_cuda_module_keeps_tvms_cuda_version_warning_out_of_the_notebook(shell
     said = capfd.readouterr()
     assert "CUDA version" not in said.err + said.out, said
 
-    with native_stderr_without(build.NO_CUDA_VERSION):
-        os.write(2, f"[00:00:00] codegen.cc:1: Warning: {build.NO_CUDA_VERSION}\n".encode())
+    with native_stderr_without(builder.NO_CUDA_VERSION):
+        os.write(2, f"[00:00:00] codegen.cc:1: Warning: {builder.NO_CUDA_VERSION}\n".encode())
         os.write(2, b"something else TVM says\n")
     assert capfd.readouterr().err == "something else TVM says\n"
 

@@ -16,6 +16,7 @@ from cells import ADD_TIR, MAIN_RELAX
 from tvm_pyfunc_nb import CallError, LiveModule, UnknownFunctionError
 from tvm_pyfunc_nb._core import front_end_port
 from tvm_pyfunc_nb._core.module_parts import ModuleParts
+from tvm_pyfunc_nb.testing import parts_of
 
 X = torch.arange(4, dtype=torch.float32)
 
@@ -29,16 +30,17 @@ def demo():
 
 
 def test_the_parts_are_made_once_and_cannot_be_swapped(demo):
-    parts = demo._parts
-    assert isinstance(parts, ModuleParts) and parts.owner is demo and parts.name == "demo"
+    parts = parts_of(demo)
+    assert isinstance(parts, ModuleParts) and parts.name == "demo"
+    assert not any(part is demo for part in vars(parts).values())  # the facade is no part
     with pytest.raises(dataclasses.FrozenInstanceError):
         parts.runner = None
     demo.run_cell("# a change makes a new version of the module, not new parts\n")
-    assert demo._parts is parts and parts.state is parts.assembly.state
+    assert parts_of(demo) is parts and parts.state is parts.assembly.state
 
 
 def test_an_entry_is_asked_for_by_kind_and_a_mistake_names_what_needed_it(demo):
-    parts = demo._parts
+    parts = parts_of(demo)
     assert parts.entry("main_relax", kind="relax").kind == "relax"
     with pytest.raises(CallError, match="profile needs a Relax function, but `add_tir` is a tir"):
         parts.entry("add_tir", kind="relax", needed_by="profile")
@@ -47,7 +49,7 @@ def test_an_entry_is_asked_for_by_kind_and_a_mistake_names_what_needed_it(demo):
 
 
 def test_a_function_is_the_callable_the_module_publishes(demo):
-    parts = demo._parts
+    parts = parts_of(demo)
     function = parts.function("main_relax")
     assert torch.equal(function(X, X), X * 2)
     assert demo.main_relax is function  # the same fast path as `NAME.main_relax`
@@ -61,13 +63,13 @@ def test_a_feature_is_a_function_of_the_parts(demo):
         linked = parts.compiler.linked_for(parts.state, fn)
         return sorted(linked.kernels)
 
-    assert kernels_run_by(demo._parts, "main_relax") == sorted(demo.kernels("main_relax"))
+    assert kernels_run_by(parts_of(demo), "main_relax") == sorted(demo.kernels("main_relax"))
 
 
 def test_weights_are_named_as_the_model_named_them():
     live = LiveModule("net")
     live.add_torch(torch.nn.Linear(3, 2).eval(), (torch.randn(1, 3),))
-    parts = live._parts
+    parts = parts_of(live)
     assert sorted(parts.consts) == ["bias", "weight"]
     assert sorted(parts.constant_names().values()) == ["bias", "weight"]
     assert live.consts is parts.consts
@@ -84,7 +86,7 @@ def test_long_work_is_reported_to_the_installed_front_end(demo):
 
     previous = front_end_port.install(Recording())
     try:
-        demo._parts.progress("tuning k", 8, "trials").step(1)
+        parts_of(demo).progress("tuning k", 8, "trials").step(1)
     finally:
         front_end_port.install(previous)
     assert reported == [(demo, "tuning k", 8, "trials")]

@@ -30,6 +30,7 @@ from tvm_pyfunc_nb._core.build.offload import (
     offload_to_torch,
     torch_calls,
 )
+from tvm_pyfunc_nb.testing import parts_of
 
 # The shared MLP, its last layer without relu: the output is a linear layer's (one addmm)
 MLP = cells.MLP.replace(
@@ -176,7 +177,7 @@ def test_offload_from_config_and_its_mistakes(shell):
         shell.cell("configured", MLP)
         assert shell.ns["configured"].options.offload == "torch"
         # never mixed in the cache
-        assert "offload torch" in shell.ns["configured"]._parts.build.key
+        assert "offload torch" in parts_of(shell.ns["configured"]).build.key
     finally:
         shell.run("%config TVMModuleMagics.offload = 'none'")
     err = shell.cell("typo", MLP, options="--offload pytorch", expect_error=TVMModuleError)

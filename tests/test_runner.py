@@ -11,6 +11,7 @@ from cells import ADD_TIR, MAIN_RELAX, SCALE_PYFUNC
 
 from tvm_pyfunc_nb import CallError, LiveModule
 from tvm_pyfunc_nb._core.run.runner import LocalRunner, Runner
+from tvm_pyfunc_nb.testing import parts_of
 
 X = torch.arange(5, dtype=torch.float32)
 Y = torch.ones(5)
@@ -24,7 +25,7 @@ def live():
 
 
 def test_a_local_runner_resolves_each_kind_and_compiles_only_what_a_call_needs(live):
-    runner = live._parts.runner
+    runner = parts_of(live).runner
     assert isinstance(runner, LocalRunner) and isinstance(runner, Runner)
     assert runner.on_this_cpu and runner.where == str(tvm.cpu())
     assert torch.equal(runner.resolve("scale")(X), X * 10)  # a pyfunc: nothing compiled
@@ -40,7 +41,7 @@ def test_a_local_runner_resolves_each_kind_and_compiles_only_what_a_call_needs(l
 
 
 def test_code_is_timed_on_the_device_once_per_repeat(live):
-    runner, entries = live._parts.runner, live._parts.state.entries
+    runner, entries = parts_of(live).runner, parts_of(live).state.entries
     samples = runner.time(entries["add_tir"], (X, Y, torch.empty(5)), number=3, repeat=4)
     assert len(samples) == 4 and all(s > 0 for s in samples)
     assert len(runner.time(entries["main_relax"], (X, Y), number=2, repeat=2)) == 2
@@ -52,7 +53,7 @@ def test_code_is_timed_on_the_device_once_per_repeat(live):
 def test_a_closed_runner_says_the_module_was_dropped():
     live = LiveModule("gone")
     live.run_cell(SCALE_PYFUNC)
-    runner = live._parts.runner
+    runner = parts_of(live).runner
     runner.close()
     with pytest.raises(CallError, match="module `gone` was dropped; run its cells again"):
         runner.resolve("scale")

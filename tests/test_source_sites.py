@@ -20,6 +20,7 @@ from tvm import relax
 from tvm_pyfunc_nb import CompileError, LiveModule, ScheduleWarning
 from tvm_pyfunc_nb._core.build.kernel_sites import recording
 from tvm_pyfunc_nb._core.models.source_sites import SourceSite, innermost_user_frame
+from tvm_pyfunc_nb.testing import parts_of
 
 HERE = os.path.basename(__file__)
 pytestmark = pytest.mark.usefixtures("frozen_heap")
@@ -128,7 +129,9 @@ def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from
 
 def test_an_edit_keeps_every_other_bindings_source_and_a_divergence_names_its_line(shell, net):
     live, model, x = net
-    relu = next(b for b, n in live._parts.torch_origins["main"].bindings.items() if "relu" in n.op)
+    relu = next(
+        b for b, n in parts_of(live).torch_origins["main"].bindings.items() if "relu" in n.op
+    )
     relu_line = rf"(\b{relu}: .*? = )R\.nn\.relu\("
     text, changed = re.subn(relu_line, r"\1R.nn.silu(", live.edit_text("main"))
     assert changed == 1

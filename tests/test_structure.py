@@ -170,14 +170,23 @@ TUNING = f"{ROOT}._core.tuning"
 
 
 def test_tuning_is_one_package_that_others_enter_by_public_names():
-    """Scheduling and tuning, of a PrimFunc or a Relax function, live in `_core/tuning/`: DLight
-    runs in one place, `SCHEDULED` is written once (below the build, which marks what its CPU
-    schedules did), and nothing outside reads its privates."""
-    tuning = PACKAGE / "_core" / "tuning"
-    sources = {p: p.read_text() for p in tuning.glob("*.py")}
-    assert sum(s.count("ApplyDefaultSchedule(") for s in sources.values()) == 1
+    """Scheduling and tuning, of a PrimFunc or a Relax function, live in `_core/tuning/`, a
+    feature over the parts: the build imports nothing of it (what a build applies, the tuned
+    and DLight schedules and their records, is the build's own). DLight runs in one place,
+    `SCHEDULED` is written once (below the build, which marks what its CPU schedules did), and
+    nothing outside reads tuning's privates."""
     everywhere = [p.read_text() for p in (PACKAGE / "_core").rglob("*.py")]
+    assert sum(s.count("ApplyDefaultSchedule(") for s in everywhere) == 1
     assert sum(s.count('SCHEDULED = "') for s in everywhere) == 1
+    build = PACKAGE / "_core" / "build"
+    back = [
+        f"{module_name(path)} imports {name}"
+        for path in build.rglob("*.py")
+        for name in imports_of(path)
+        if name.startswith(TUNING)
+    ]
+    assert not back, back
+    tuning = PACKAGE / "_core" / "tuning"
     outside = [p for p in PACKAGE.rglob("*.py") if tuning not in p.parents]
     outside += [*PACKAGE.parent.glob("tests/*.py"), *PACKAGE.parent.glob("benchmarks/*.py")]
     offenders = [
@@ -210,3 +219,170 @@ def test_every_large_module_of_the_core_has_tests_that_import_it():
         )
     ]
     assert not untested, untested
+
+
+# -- the floor plan ---------------------------------------------------------------------------
+def packages_above(name: str) -> list[str]:
+    """The packages whose `__init__` runs before module `name` (the root's aside: it is the
+    entry point, imported before anything else, and imports the whole surface)."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def import_graph_with_packages() -> dict[str, set[str]]:
+    """`package_graph`, where importing `a.b.c` also imports `a.b` (its `__init__` runs first)."""
+    graph = package_graph()
+    return {
+        name: {p for m in imported for p in [*packages_above(m), m] if p in graph and p != name}
+        | {p for p in packages_above(name) if p in graph}
+        for name, imported in graph.items()
+    }
+
+
+def test_no_import_cycles_counting_package_inits():
+    """Importing `a.b.c` runs `a/__init__` and `a/b/__init__` first: a package `__init__` that
+    imports its modules closes a circle that module-level imports alone do not show."""
+    graph = import_graph_with_packages()
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(name) :], name]))
+        if name in done:
+            return
+        for imported in sorted(graph[name]):
+            if imported != ROOT and not name.startswith(f"{imported}."):
+                visit(imported, [*path, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+CORE_DIR = PACKAGE / "_core"
+
+
+def test_the_core_is_a_few_modules_over_folders_by_concern():
+    top = [p.stem for p in CORE_DIR.glob("*.py") if p.stem != "__init__"]
+    folders = [p for p in CORE_DIR.iterdir() if (p / "__init__.py").is_file()]
+    assert len(top) <= 12, sorted(top)
+    assert len(folders) >= 4, folders
+
+
+def folder_of(name: str) -> str:
+    """The folder of `_core` a module is in (`build`), or the module itself at the top."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "_core" else name
+
+
+def test_no_module_imports_a_private_name_of_another_folder():
+    """A folder's private modules and names are its own; others use what it exports."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        for imported in imports_of(path):
+            inside = imported.split(".")[3:]  # below a folder of `_core`
+            if not imported.startswith(f"{ROOT}._core.") or folder_of(imported) == folder_of(name):
+                continue
+            if any(p.startswith("_") and not p.startswith("__") for p in inside):
+                offenders.append(f"{name} imports {imported}")
+    assert not offenders, offenders
+
+
+def method_names() -> set[str]:
+    return {
+        node.name
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+    }
+
+
+def hooks_patched_in(path: Path, functions: set[str]) -> list[str]:
+    """Each `x.y = <a function>` in `path` whose `x` is not `self` or `cls`: a lambda, a
+    `partial`, a `..._hook(...)`, a function or method of the package (`obj.method`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if not isinstance(target, ast.Attribute) or target.attr.startswith("__"):
+                continue
+            root = target.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in ("self", "cls"):
+                continue
+            value = node.value
+            called = ast.unparse(value.func) if isinstance(value, ast.Call) else ""
+            if (
+                isinstance(value, ast.Lambda)
+                or called.rpartition(".")[2] == "partial"
+                or called.endswith("hook")
+                or (isinstance(value, ast.Attribute) and value.attr in functions)
+                or (isinstance(value, ast.Name) and value.id in functions)
+            ):
+                found.append(f"{module_name(path)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+# a function's own attribute, set where the function is made (not a hook of another object)
+HOOKS_ALLOWED = {("callables", "call.release")}
+
+
+def test_no_hook_is_patched_into_another_object_after_it_is_made():
+    """What a part does (where it builds, what it calls around a compile, how it resolves a
+    name) is given when it is made, like the runner; never assigned from outside later."""
+    functions = method_names()
+    offenders = [
+        line
+        for path in PACKAGE.rglob("*.py")
+        for line in hooks_patched_in(path, functions)
+        if (path.stem, line.split(": ", 1)[1].split(" = ")[0]) not in HOOKS_ALLOWED
+    ]
+    assert not offenders, offenders
+
+
+FACADE_NAMES = ("live", "owner", "facade")
+
+
+def test_the_parts_hold_no_facade():
+    """`ModuleParts` and the parts it holds reach the live module through no field: progress
+    and notices go through a reporter."""
+    source = (CORE_DIR / "module_parts.py").read_text()
+    (parts,) = [
+        n
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ClassDef) and n.name == "ModuleParts"
+    ]
+    fields = [n for n in parts.body if isinstance(n, ast.AnnAssign)]
+    assert fields, "ModuleParts has no fields to check"
+    offenders = [
+        ast.unparse(f)
+        for f in fields
+        if f.target.id in FACADE_NAMES or "LiveModule" in ast.unparse(f.annotation)
+    ]
+    kept = [
+        f"{module_name(path)}: self.{node.attr}"
+        for path in CORE_DIR.rglob("*.py")
+        if path.stem != "live_module"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr in FACADE_NAMES
+    ]
+    assert not offenders + kept, offenders + kept
+
+
+MAX_CLASS_LINES = 300
+
+
+def test_no_class_is_longer_than_300_lines():
+    sizes = {
+        f"{module_name(path)}.{node.name}": node.end_lineno - node.lineno + 1
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert max(sizes.values()) <= MAX_CLASS_LINES, sorted(sizes.items(), key=lambda s: -s[1])[:3]

@@ -21,9 +21,10 @@ from IPython.utils.capture import capture_output
 from tvm.script import tirx as T
 
 from tvm_pyfunc_nb import CompileError, ScheduleError
+from tvm_pyfunc_nb._core.build.tuning_records import tuning_target
 from tvm_pyfunc_nb._core.tuning.entry import unscheduled
-from tvm_pyfunc_nb._core.tuning.measuring import tuning_target
 from tvm_pyfunc_nb._core.tuning.relax_kernels import default_schedule, kernel_tasks
+from tvm_pyfunc_nb.testing import parts_of
 
 MATMUL = """
 @R.function
@@ -71,10 +72,10 @@ def test_tune_a_relax_function_then_a_new_module_uses_its_schedules(cached_shell
     assert row.before > 0 and row.after > 0, row
     # the default CPU schedule competes with the trials, so tuning never leaves the kernel
     # slower than it ran before (`before` is that schedule's time, not the bare loops')
-    database = demo._parts.schedules.database()
-    (task,) = kernel_tasks(unscheduled(demo._parts, "rmm", link_first=False), "rmm")
+    database = parts_of(demo).schedules.database()
+    (task,) = kernel_tasks(unscheduled(parts_of(demo), "rmm", link_first=False), "rmm")
     workload = task.workload
-    target = tuning_target(demo._parts.target)
+    target = tuning_target(parts_of(demo).target)
     records = database.get_top_k(database.commit_workload(workload), 100)
     default = str(default_schedule(workload, target).trace)
     assert any(str(r.trace) == default for r in records), [str(r.trace) for r in records]
@@ -199,3 +200,21 @@ def test_a_kernel_that_gathers_is_measured_on_indices_inside_its_buffer():
 
     seconds = measuring.time_of(tvm.IRModule({"main": _gather}), tvm.target.Target("llvm"))
     assert seconds is not None and seconds > 0
+
+
+def test_a_build_applies_its_kernel_schedules_only_to_the_functions_given_them():
+    """What `schedule("fn", "dlight")` and `tune` leave for the build (build/kernel_schedules.py):
+    nothing tuned, nothing asked, the pipeline's kernels stay as they are."""
+    from tvm_pyfunc_nb import LiveModule
+    from tvm_pyfunc_nb._core.build.kernel_schedules import is_scheduled
+
+    live = LiveModule("gpu", target="cuda", device="cuda", pipeline="zero")
+    live.run_cell(MLP)
+    build = parts_of(live).build
+    lowered = build.lower(live.ir_mod, scheduled=False)
+    assert build.schedules.apply(lowered) is lowered and build.schedules.database() is None
+    build.schedules.dlight.add("mlp")
+    scheduled = build.schedules.apply(lowered)
+    kernels = [gv.name_hint for gv, f in scheduled.functions_items() if is_scheduled(f)]
+    assert len(kernels) == 2 and not any(is_scheduled(lowered[k]) for k in kernels)  # a copy
+    live.close()

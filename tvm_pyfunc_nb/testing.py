@@ -38,6 +38,7 @@ from IPython import get_ipython
 from IPython.core.debugger import Pdb
 from IPython.core.interactiveshell import InteractiveShell
 
+from ._core.module_parts import ModuleParts
 from ._core.run.remote import Address, probe
 from ._magics import TVMModuleMagics, magics_of
 from ._views import notebook_front_end
@@ -56,6 +57,13 @@ _INSTRUCTION_SETS = frozenset(
     | {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave"}
     | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
 )
+
+
+def parts_of(live) -> ModuleParts:
+    """The parts of live module `live` (`ModuleParts`: its assembly, build, runner, call
+    table...), as its features see them: for tests and benchmarks that look at a part or drive
+    a feature directly. The one handle to them outside the module itself."""
+    return live._parts
 
 
 def cannot_run_here(target: str) -> str | None:

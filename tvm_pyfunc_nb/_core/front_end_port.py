@@ -8,7 +8,6 @@ unloads; without one, these do the plain-Python thing.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 from ..errors import TVMModuleError
@@ -54,11 +53,22 @@ def current() -> FrontEnd:
     return _current
 
 
-def compile_hook(live) -> Callable[[str, tuple[str, ...]], AbstractContextManager]:
-    """What a build of `live` runs around each TVM compile: the current front end's `compiling`
-    (a weak reference: the build must not keep its module alive)."""
-    ref = weakref.ref(live)
-    return lambda kind, names: _current.compiling(ref(), kind, names)
+class Reporter:
+    """What one live module's parts tell the front end, whichever is current when they tell
+    it: each TVM build under way (views show long ones) and the progress of long work. The
+    module the front end shows is held weakly, and only here: no part holds the module, and a
+    build does not keep it alive."""
+
+    def __init__(self, shown):
+        self._shown = weakref.ref(shown)
+
+    def compiling(self, kind: str, names: tuple[str, ...]) -> AbstractContextManager:
+        """A context manager around one TVM build of the module (`kind` "tir" or "vm")."""
+        return _current.compiling(self._shown(), kind, names)
+
+    def progress(self, title: str, total: int, unit: str = "") -> Progress:
+        """A reporter of long work on the module (`total` steps of `unit`)."""
+        return _current.progress(self._shown(), title, total, unit)
 
 
 def install(front_end: FrontEnd) -> FrontEnd:

@@ -15,15 +15,16 @@ keeps callables right stays in the facade.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import tvm
 
-from . import front_end_port
 from .build.build import Build
 from .build.compiler import Compiler
+from .build.kernel_schedules import KernelSchedules
+from .front_end_port import Progress, Reporter
 from .live.assembly import Assembly, ModuleState
 from .live.contributions import FunctionEntry
 from .live.editing import ConstantTable, name_constants
@@ -32,16 +33,15 @@ from .options import ModuleOptions
 from .run.call_errors import unknown_function, wrong_kind
 from .run.call_table import CallTable
 from .run.runner import Runner
-from .tuning.relax_kernels import KernelSchedules
 
 
 @dataclass(frozen=True, eq=False)
 class ModuleParts:
     """The parts of one live module, as its features see them (made once, never replaced).
 
-    `owner` is the live module itself, as the code outside the core knows it: what the front
-    end is told about (`progress`). The mutable parts (`torch_origins`, `constants`) are the
-    module's own, not copies.
+    The live module itself is none of them: what the front end is told (long work's
+    `progress`, each build under way) goes through the `reporter`. The mutable parts
+    (`torch_origins`, `constants`) are the module's own, not copies.
     """
 
     name: str
@@ -54,7 +54,8 @@ class ModuleParts:
     schedules: KernelSchedules  # what the pipeline's kernels get after it (tuned, DLight)
     torch_origins: dict[str, TorchOrigin]  # Relax function -> the PyTorch model it came from
     constants: ConstantTable  # the weights by name (`consts` keeps it up to date)
-    owner: object
+    namespace: Mapping[str, Any]  # the user's namespace, which the module's cells read
+    reporter: Reporter  # what the front end is told
 
     @property
     def state(self) -> ModuleState:
@@ -93,9 +94,17 @@ class ModuleParts:
     @property
     def consts(self) -> ConstantTable:
         """The module's weights by name, as edit and script text write them (`NAME.consts`)."""
-        name_constants(self.assembly.state.ir_mod, self.constants, self.constant_names())
-        return self.constants
+        return named_constants(self.assembly, self.constants, self.torch_origins)
 
-    def progress(self, title: str, total: int, unit: str = "") -> front_end_port.Progress:
+    def progress(self, title: str, total: int, unit: str = "") -> Progress:
         """A reporter of long work on this module (`total` steps of `unit`), from the front end."""
-        return front_end_port.current().progress(self.owner, title, total, unit)
+        return self.reporter.progress(title, total, unit)
+
+
+def named_constants(
+    assembly: Assembly, constants: ConstantTable, origins: Mapping[str, TorchOrigin]
+) -> ConstantTable:
+    """`constants`, naming every weight of the module now: as the importer knew it
+    (`fc1_weight`) when a model brought it, else `<function>_c<k>`."""
+    name_constants(assembly.state.ir_mod, constants, constant_names(origins.values()))
+    return constants

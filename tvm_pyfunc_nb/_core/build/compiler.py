@@ -15,15 +15,16 @@ import tvm
 
 from ...errors import CompileError
 from ..live.assembly import ModuleState
-from .build import Build
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
-from .stats import CompileRecord
-from ..run.compiled_module import CompiledPyModule
 from ..live.contributions import FunctionEntry
 from ..live.fault_lines import string_line, tir_call_line
-from .linking import Linked
 from ..live.relax_rewrite import relax_closure, sub_module
+from ..run.compiled_module import CompiledPyModule
 from ..run.trampolines import PyFuncBridge
+from .build import Build
+from .kernel_builds import the_kernels_own
+from .linking import Linked
+from .stats import CompileRecord
 
 
 class Compiler:
@@ -121,7 +122,8 @@ class Compiler:
 
     def linked(self, state: ModuleState, use_cache: bool = True):
         """The linked Relax functions of `state`, and those that failed to compile (kept for the
-        version last asked)."""
+        version last asked, unless a failure says nothing of the functions: a build worker's
+        death)."""
         if self._linked is not None and self._linked[0] is state:
             return self._linked[1], self._linked[2]
         relax_names = [n for n, e in state.entries.items() if e.kind == RELAX]
@@ -130,7 +132,8 @@ class Compiler:
             failures = {}
         except CompileError as err:
             linked, failures = self._isolating(state, relax_names, use_cache, err)
-        self._linked = (state, linked, failures)
+        if all(the_kernels_own(f) for f in failures.values()):  # else: the next call builds again
+            self._linked = (state, linked, failures)
         return linked, failures
 
     def module(self, state: ModuleState, device) -> CompiledPyModule:

@@ -15,21 +15,17 @@ a hash collision or a changed function is never served.
 The cache touches only what it wrote: `cache_dir` may be a folder holding
 other files (a home directory, a project), so everything the cache writes
 goes into a folder of its own there, `OWN_DIR`, marked with a `CACHEDIR.TAG`
-(which also tells backup tools to skip it). Clearing, the size bound and the
-sweep of stale temporary files look only at the names the cache gives its
-files in that folder. Entries of an earlier version (directly in
-`cache_dir`) are never read; `clear` removes those whose checksums prove the
-cache wrote them, and nothing else there.
+(which also tells backup tools to skip it). `CompileCache` is its entries,
+loaded and stored here; its files' names, the size bound (the least recently
+used go first), the sweep of stale temporary files and `clear` are
+cache_files.py's; whether the cache may be used at all is cache_trust.py's.
+Entries of an earlier version (directly in `cache_dir`) are never read.
 
 What keeps a bad entry from ever being loaded:
-- only what this user could have written is read (trust.py): a cache folder
-  that another user owns or that others can write, or one below such a
-  directory, turns the cache off with a notice (`CompileCacheWarning`), and
-  then nothing is read from it, neither a library nor a tuning record; an
-  entry another user owns or others can write is ignored. The check runs
-  before every use, so a `chmod` counts at once. Directories the cache
-  creates are private (0700); one that exists is never changed, since it may
-  not be the user's to change;
+- only what this user could have written is read (trust.py, cache_trust.py):
+  a cache folder that another user owns or that others can write turns the
+  cache off with a notice (`CompileCacheWarning`), and an entry another user
+  owns or others can write is ignored, checked before every use;
 - every file is written under a temporary name, then renamed into place
   (`os.replace`);
 - the library's SHA-256 and size are recorded when it is written, and the
@@ -46,8 +42,6 @@ PrimFuncs built together (one `tirx.build` of several) share one library:
 each has its own entry, the entries' library files are hard links to one
 file, and the record names the other kernels that library holds.
 
-The cache is bounded in size and evicts the least recently used entries.
-
 Exporting costs about as much as compiling did (LLVM's code generator runs
 again, then the C compiler assembles and links), so it runs on one background
 thread, off the path of the call that compiled (`flush()` waits for it on
@@ -63,12 +57,10 @@ import json
 import os
 import platform
 import queue
-import re
 import shutil
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterable
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -78,26 +70,26 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
-from ...errors import CompileCacheWarning, LibraryWriteError, TVMModuleError, last_reason
-from .library_files import load_library, write_library
+from ...errors import LibraryWriteError, TVMModuleError, last_reason
 from ..options import default_of
-from .trust import Exposed, directory_problem, files_problem, make_private, read_own, write_private
+from .cache_files import (
+    LIBRARY_SUFFIX,
+    CacheSweep,
+    Rejected,
+    dump_record,
+    entry_files,
+    parse_record,
+    remove,
+    sha256,
+)
+from .cache_trust import CacheTrust
+from .library_files import load_library, write_library
+from .pass_contexts import cache_key
+from .trust import Exposed, make_private, read_own
 
 FORMAT = 2  # 2: the cache's own folder, the complete key
 DEFAULT_MAX_BYTES = default_of("cache_max_mb") * 2**20
-LIBRARY_SUFFIX = ".so"
-RECORD_SUFFIX = ".json"
 OWN_DIR = "tvm_pyfunc_nb.cache"  # in `cache_dir`: the cache writes nowhere else
-MARKER = "CACHEDIR.TAG"
-MARK = (
-    b"Signature: 8a477f597d28d172789f06886806bc55\n"
-    b"# The compile cache of tvm_pyfunc_nb: compiled kernels and tuning records.\n"
-    b"# For information about cache directory tags see https://bford.info/cachedir/\n"
-)
-TUNING = "tuning"
-ENTRY_NAME = re.compile(r"[0-9a-f]{40}(\.json|\.so)")
-TEMPORARY = (".work-", ".load-", ".entry-")  # the names of the cache's own temporary files
-STALE_TEMP_SECONDS = 3600
 MAX_OPENED = 16  # libraries kept loaded, so that the kernels of one build load it once
 
 
@@ -154,10 +146,6 @@ class CacheSummary:
         printer.text(repr(self))
 
 
-class _Rejected(Exception):
-    """An entry that must not be loaded: damaged, truncated, or not the function asked for."""
-
-
 class CompileCache:
     """Compiled PrimFunc libraries and tuning records in `directory`/`OWN_DIR`, at most
     `max_bytes` of libraries.
@@ -181,8 +169,8 @@ class CompileCache:
         self.max_bytes = max_bytes
         self.hits = self.misses = self.stored = self.rejected = 0
         self.problem: str | None = None
-        self._noticed: set[str] = set()
-        self._unsaid: list[tuple[str, str]] = []  # notices of the writer thread, for the caller
+        self.trust = CacheTrust(self.own_dir)  # whether it may be used; its notices
+        self.sweep = CacheSweep(self.own_dir)  # its files: the size bound, clearing
         self.distrust()  # said now, when the first module is made, rather than at its first call
         self._writer = _Writer()
         self._pending: set[Future] = set()
@@ -195,8 +183,8 @@ class CompileCache:
     ) -> tuple[tvm.runtime.Module, frozenset[str]] | None:
         """The library of `func` built for `target_key` if a verified entry has it, and the
         names of every kernel that library holds (built together); else None."""
-        self._say_write_failures()
-        context = pass_context()
+        self.trust.say_later()
+        context = cache_key()
         if self.distrust() or context is None:
             return None
         structural_hash = str(tvm_ffi.structural_hash(func))
@@ -204,18 +192,18 @@ class CompileCache:
         try:
             loaded = self._load_verified(key, name, structural_hash, target_key, context, func)
         except Exposed as why:
-            self._discard(key)
+            self.sweep.discard(key)
             self.rejected += 1
             self.problem = f"{name}: entry {key[:12]} ignored ({why}); compiling again"
-            self._notice(
+            self.trust.notice(
                 "entry",
                 f"compile cache: ignored the entry of `{name}`, since {why}; it compiles "
                 "again (entries like it are ignored without another notice; %tvmcache "
                 "counts them as rejected)",
             )
             loaded = None
-        except _Rejected as why:
-            self._discard(key)
+        except Rejected as why:
+            self.sweep.discard(key)
             self.rejected += 1
             self.problem = f"{name}: entry {key[:12]} rejected ({why}); compiling again"
             loaded = None
@@ -238,8 +226,8 @@ class CompileCache:
         A cache that cannot take an entry never fails the compile that made it: the
         function is compiled again next time, and a notice says why.
         """
-        self._say_write_failures()
-        context = pass_context()
+        self.trust.say_later()
+        context = cache_key()
         if self.distrust() or context is None:
             return
         records = {}
@@ -270,74 +258,12 @@ class CompileCache:
         future.add_done_callback(partial(self._done, sorted(funcs)))
 
     def tuning_directory(self, name: str, reads: Iterable[str], *, create: bool) -> Path | None:
-        """Folder `name` of the cache's tuning records, whose files `reads` tuning reads back:
-        None when the cache is off or someone else could have written one of those files (a
-        notice says why), or when it cannot be made; without `create`, None when it does not
-        exist. Checked at each call, as entries are."""
-        if self.distrust():
-            return None
-        directory = self.own_dir / TUNING / name
-        problem = directory_problem(directory) or files_problem(directory, reads)
-        if problem:
-            self._notice(
-                problem,
-                f"compile cache: the tuning records in {directory} are not read, since "
-                f"{problem}; tuning results stay in memory",
-            )
-            return None
-        if not create:
-            return directory if directory.is_dir() else None
-        try:
-            self._make_own_dir()
-            make_private(directory)
-        except OSError as err:
-            self._notice(
-                f"tuning {err.errno}",
-                f"compile cache: cannot keep tuning records in {directory} ({err.strerror or err}"
-                "); tuning results stay in memory",
-            )
-            return None
-        return directory
+        """Folder `name` of the tuning records, if the cache vouches for it (cache_trust.py)."""
+        return self.trust.tuning_directory(name, reads, create=create)
 
-    # -- trust ---------------------------------------------------------------------
     def distrust(self) -> str | None:
-        """Why the cache is off, or None: someone else could change its folder or one above it
-        (`directory_problem`), or its folder holds files the cache did not write; then nothing
-        in it is read, neither a library nor a tuning record, and nothing written. Checked at
-        each use, so that a `chmod` counts at once; the notice comes once per reason."""
-        problem = self._problem()
-        if problem:
-            self._notice(
-                problem,
-                "compile cache off, nothing is read from it (no library, no tuning record) and "
-                f"every function compiles instead: {problem}",
-            )
-        return problem
-
-    def _problem(self) -> str | None:
-        problem = directory_problem(self.own_dir)
-        if problem is None and self.own_dir.is_dir() and not (self.own_dir / MARKER).exists():
-            with contextlib.suppress(OSError):
-                if any(self.own_dir.iterdir()):
-                    problem = (
-                        f"{self.own_dir} holds files the cache did not write (it has no {MARKER}). "
-                        "Fix: move them elsewhere, or point TVMModuleMagics.cache_dir at "
-                        "another directory"
-                    )
-        return problem
-
-    def _notice(self, key: str, message: str) -> None:
-        """Warn once per `key` in this cache's life: a notice repeated at every compile would
-        bury the cell's output."""
-        if key not in self._noticed:
-            self._noticed.add(key)
-            warnings.warn(message, CompileCacheWarning, stacklevel=3)
-
-    def _say_write_failures(self) -> None:
-        """The notices of writes that failed on the writer thread, said by the caller's thread
-        (a warning from the writer would land in whatever cell runs then, or nowhere)."""
-        while self._unsaid:
-            self._notice(*self._unsaid.pop(0))
+        """Why the cache is off (and nothing in it is read), or None (cache_trust.py)."""
+        return self.trust.distrust()
 
     # -- looking and tidying -----------------------------------------------------
     def flush(self, timeout: float | None = None) -> bool:
@@ -348,7 +274,7 @@ class CompileCache:
             with self._lock:
                 pending = list(self._pending)
             if not pending:
-                self._say_write_failures()
+                self.trust.say_later()
                 return True
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
@@ -356,7 +282,7 @@ class CompileCache:
             wait(pending, timeout=left)
 
     def summary(self) -> CacheSummary:
-        entries = self._entries()
+        entries = self.sweep.entries()
         with self._lock:
             pending = len(self._pending)
         return CacheSummary(
@@ -371,34 +297,29 @@ class CompileCache:
             pending,
             self.problem,
             self.distrust(),
-            len(_entry_files(self.directory)),
+            len(entry_files(self.directory)),
         )
 
     def clear(self) -> int:
         """Delete every entry and tuning record (after pending exports finish), and the entries
-        of an earlier version that `_earlier_own` proves the cache wrote; returns how many
-        entries there were. Nothing else is touched. A cache that is off deletes nothing: its
-        files may be someone else's."""
+        of an earlier version that their checksums prove the cache wrote (cache_files.py);
+        returns how many entries there were. Nothing else is touched. A cache that is off
+        deletes nothing: its files may be someone else's."""
         self.flush()
         if self.distrust():
             return 0
-        entries = _entry_files(self.own_dir)
-        for path in [*entries, *_temporary_files(self.own_dir), self.own_dir / TUNING]:
-            _remove(path)
-        for path in _earlier_own(self.directory):
-            _remove(path)
-        return len({path.stem for path in entries})
+        return self.sweep.clear(self.directory)
 
     # -- loading -------------------------------------------------------------------
     def _load_verified(
         self, key: str, name: str, structural_hash: str, target_key: str, context: dict, func
     ) -> tvm.runtime.Module | None:
-        record_path, library_path = self._paths(key)
+        record_path, library_path = self.sweep.paths(key)
         try:
             raw = read_own(record_path)
         except FileNotFoundError:
             return None
-        record = _parse_record(raw)
+        record = parse_record(raw)
         expected = {
             "format": FORMAT,
             "name": name,
@@ -409,17 +330,17 @@ class CompileCache:
         }
         for field_name, value in expected.items():
             if record.get(field_name) != value:
-                raise _Rejected(f"recorded {field_name} differs")
+                raise Rejected(f"recorded {field_name} differs")
         if record.get("script") != func.script():
-            raise _Rejected("the stored function is not this one (same hash, different TVMScript)")
+            raise Rejected("the stored function is not this one (same hash, different TVMScript)")
         try:
             library = read_own(library_path)
         except FileNotFoundError:
-            raise _Rejected("its library file is missing") from None
-        if len(library) != record.get("library_bytes") or _sha256(library) != record.get(
+            raise Rejected("its library file is missing") from None
+        if len(library) != record.get("library_bytes") or sha256(library) != record.get(
             "library_sha256"
         ):
-            raise _Rejected("its library does not match the checksum recorded when it was written")
+            raise Rejected("its library does not match the checksum recorded when it was written")
         members = frozenset(record.get("members", [name]))
         lib = self._load_library(library, record["library_sha256"], name)
         _touch(record_path)
@@ -437,13 +358,13 @@ class CompileCache:
                 try:
                     lib = load_library(path, library)  # kept, so that it can be written again
                 except Exception as err:  # passed its checksum but does not load: discard it
-                    raise _Rejected(f"it does not load: {last_reason(err)}") from err
+                    raise Rejected(f"it does not load: {last_reason(err)}") from err
             finally:
-                _remove(Path(path))
+                remove(Path(path))
         try:
             lib.get_function(name)
         except Exception as err:
-            raise _Rejected(f"it does not hold `{name}`: {last_reason(err)}") from err
+            raise Rejected(f"it does not hold `{name}`: {last_reason(err)}") from err
         self._opened[sha256] = lib
         while len(self._opened) > MAX_OPENED:
             self._opened.pop(next(iter(self._opened)))
@@ -451,31 +372,25 @@ class CompileCache:
 
     # -- writing (background thread) -----------------------------------------------
     def _write(self, records: dict[str, dict], lib: tvm.runtime.Module) -> None:
-        problem = self._problem()  # again: it may have changed since `store`
+        problem = self.trust.problem()  # again: it may have changed since `store`
         if problem:
-            raise _Rejected(problem)
-        self._make_own_dir()  # again: someone may have deleted it since
+            raise Rejected(problem)
+        self.trust.make_own_dir()  # again: someone may have deleted it since
         with tempfile.TemporaryDirectory(dir=self.own_dir, prefix=".work-") as work:
             built = Path(work) / f"library{LIBRARY_SUFFIX}"
             write_library(lib, built, workspace=work)
             library = built.read_bytes()
             os.chmod(built, 0o600)
-            facts = {"library_sha256": _sha256(library), "library_bytes": len(library)}
+            facts = {"library_sha256": sha256(library), "library_bytes": len(library)}
             for key, record in records.items():
-                record_path, library_path = self._paths(key)
+                record_path, library_path = self.sweep.paths(key)
                 linked = Path(work) / key
                 _link_or_copy(built, linked)  # the entries of one build share one file
                 os.replace(linked, library_path)
                 record = {**record, **facts, "written": time.time()}
-                _write_atomically(record_path, _dump_record(record))
+                _write_atomically(record_path, dump_record(record))
                 self.stored += 1
-        self._evict()
-
-    def _make_own_dir(self) -> None:
-        """The cache's folder, made private and marked if it is missing or empty."""
-        make_private(self.own_dir)
-        if not (self.own_dir / MARKER).exists() and not any(self.own_dir.iterdir()):
-            write_private(self.own_dir / MARKER, MARK)
+        self.sweep.evict(self.max_bytes)
 
     def _done(self, names: list[str], future: Future) -> None:
         with self._lock:
@@ -490,49 +405,12 @@ class CompileCache:
         self.problem = f"writing an entry failed: {reason}"
         told = isinstance(err, (OSError, LibraryWriteError))  # by the error number: EFBIG...
         kind = f"write {err.errno}" if told else f"write {type(err).__name__}"
-        self._unsaid.append(
-            (
-                kind,
-                f"compile cache: could not store {', '.join(names)} ({reason}); it runs from "
-                "memory and compiles again in the next kernel (writes failing this way are not "
-                "told again)",
-            )
+        self.trust.later(
+            kind,
+            f"compile cache: could not store {', '.join(names)} ({reason}); it runs from "
+            "memory and compiles again in the next kernel (writes failing this way are not "
+            "told again)",
         )
-
-    def _evict(self) -> None:
-        """Delete least recently used entries until the cache fits its bound; sweep stale temp
-        files (the cache's own: other kernels may be writing the young ones)."""
-        now = time.time()
-        for path in _temporary_files(self.own_dir):
-            if now - _mtime(path) > STALE_TEMP_SECONDS:
-                _remove(path)
-        entries = sorted(self._entries(), key=lambda e: e.last_used)
-        total = sum(e.size for e in entries)
-        while entries and total > self.max_bytes:
-            oldest = entries.pop(0)
-            self._discard(oldest.key)
-            total -= oldest.size
-
-    # -- files ---------------------------------------------------------------------
-    def _paths(self, key: str) -> tuple[Path, Path]:
-        return self.own_dir / f"{key}{RECORD_SUFFIX}", self.own_dir / f"{key}{LIBRARY_SUFFIX}"
-
-    def _discard(self, key: str) -> None:
-        for path in self._paths(key):
-            _remove(path)
-
-    def _entries(self) -> list[_Entry]:
-        found: dict[str, _Entry] = {}
-        for path in _entry_files(self.own_dir):
-            try:
-                info = path.stat()
-            except FileNotFoundError:
-                continue
-            entry = found.setdefault(path.stem, _Entry(path.stem))
-            entry.size += info.st_size // max(info.st_nlink, 1)  # a shared file counts once
-            if path.suffix == RECORD_SUFFIX or not entry.last_used:
-                entry.last_used = info.st_mtime
-        return list(found.values())
 
 
 class _Writer:
@@ -595,13 +473,6 @@ class _Writer:
         return not threading.main_thread().is_alive()
 
 
-@dataclass
-class _Entry:
-    key: str
-    size: int = 0
-    last_used: float = 0.0
-
-
 # -- keys ------------------------------------------------------------------------------
 def entry_key(name: str, structural_hash: str, target_key: str, context: dict) -> str:
     """The file name of a PrimFunc's entry: everything that decides what its compiled library is."""
@@ -618,24 +489,6 @@ def code_target(target: tvm.target.Target) -> str:
             features = tvm.target.codegen.llvm_get_cpu_features(each)
             parts.append("+" + ",+".join(sorted(features)))
     return " | ".join(parts)
-
-
-def pass_context() -> dict | None:
-    """The options of the PassContext in effect, which change what a build makes; None when
-    one of them cannot be told apart by its value (a pass or a map given as a config), so that
-    nothing is read or written under it."""
-    context = tvm.transform.PassContext.current()
-    config = {}
-    for name, value in context.config.items():
-        if not isinstance(value, bool | int | float | str):
-            return None
-        config[str(name)] = value
-    return {
-        "opt_level": int(context.opt_level),
-        "required": sorted(map(str, context.required_pass)),
-        "disabled": sorted(map(str, context.disabled_pass)),
-        "config": config,
-    }
 
 
 @cache
@@ -658,57 +511,6 @@ def environment() -> dict[str, str]:
     }
 
 
-# -- records ---------------------------------------------------------------------------
-def _dump_record(record: dict) -> bytes:
-    body = json.dumps(record, sort_keys=True)
-    return json.dumps({"checksum": _sha256(body.encode()), "record": body}).encode()
-
-
-def _parse_record(raw: bytes) -> dict:
-    try:
-        wrapper = json.loads(raw)
-        body = wrapper["record"]
-        if _sha256(body.encode()) != wrapper["checksum"]:
-            raise _Rejected("its record does not match the checksum it was written with")
-        return json.loads(body)
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise _Rejected(f"its record is unreadable ({type(err).__name__})") from None
-
-
-# -- whose files -------------------------------------------------------------------------
-def _entry_files(directory: Path) -> list[Path]:
-    """The files in `directory` named as the cache names its entries."""
-    try:
-        return [p for p in directory.iterdir() if ENTRY_NAME.fullmatch(p.name)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _temporary_files(directory: Path) -> list[Path]:
-    try:
-        return [p for p in directory.iterdir() if p.name.startswith(TEMPORARY)]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _earlier_own(directory: Path) -> list[Path]:
-    """The entry files an earlier version of the cache wrote directly in `directory`, as far as
-    their checksums prove it: a record whose own checksum holds and the library whose SHA-256
-    it recorded. A file merely named like an entry is not deleted."""
-    proven = []
-    for record in directory.glob(f"*{RECORD_SUFFIX}"):
-        if not ENTRY_NAME.fullmatch(record.name):
-            continue
-        library = record.with_suffix(LIBRARY_SUFFIX)
-        try:
-            recorded = _parse_record(read_own(record)).get("library_sha256")
-            if recorded and _sha256(read_own(library)) == recorded:
-                proven += [record, library]
-        except (_Rejected, Exposed, OSError):
-            continue
-    return proven
-
-
 # -- small file helpers ------------------------------------------------------------------
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
@@ -724,34 +526,13 @@ def _write_atomically(path: Path, data: bytes) -> None:
             out.write(data)
         os.replace(temp, path)
     except BaseException:
-        _remove(Path(temp))
+        remove(Path(temp))
         raise
-
-
-def _remove(path: Path) -> None:
-    """Delete `path` if it can be: a read-only cache keeps what it has, and a caller that
-    discards an entry goes on (it compiles instead)."""
-    with contextlib.suppress(OSError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
 
 
 def _touch(path: Path) -> None:
     with contextlib.suppress(OSError):  # evicted meanwhile by another kernel: nothing to mark
         os.utime(path)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return time.time()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _size(size: int) -> str:

@@ -7,7 +7,12 @@ before it is built when its code could not run where it is meant to: it calls
 a symbol this process lacks (LLVM's JIT would hand back an address that
 segfaults when called), or it is for another architecture. Where the build
 happens (here, or in the build worker with `--isolate`) is the `builder`'s
-to say: `tirx_build` hands it the module.
+to say (builder.py): `tirx_build` hands it the module.
+
+A kernel that does not compile is kept with its error, so that the error is
+not worked out again; a build that could not run where it runs (the build
+worker died, the caller's PassContext cannot travel there) says nothing of
+the kernel, and is not kept: the next call builds again.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from contextlib import AbstractContextManager
 import tvm
 import tvm_ffi
 
-from ...errors import CompileError, native_stderr_silenced, reason_sentence
+from ...errors import CompileError, WorkerCrash, reason_sentence
+from .builder import Builder, Recipe, build_here
+from .crash_guards import missing_symbols
+from .linking import Built
+from .pass_contexts import CannotTravel
 from .reuse import BuildCache
 from .stats import CompileStats
-from .crash_guards import guard, missing_symbols
-from .linking import Built
 
 _UNKNOWN_SCOPE = re.compile(r"unknown storage scope ([\w.:]+)")
 _NO_INTRINSIC = re.compile(r"Cannot find intrinsic declaration.*?: \w+\.(\w+)")
@@ -33,37 +40,28 @@ GPU_KINDS = frozenset({"cuda", "rocm", "metal", "vulkan", "opencl", "webgpu"})
 Compiling = Callable[[str, tuple[str, ...]], AbstractContextManager]
 
 
-def build_here(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.runtime.Module:
-    """`tirx.build` in this process (TVM's warnings about the code, e.g. on `pow`, kept out of
-    the cell's output)."""
-    with native_stderr_silenced():
-        return tvm.tirx.build(mod, target=target)
-
-
 class KernelBuilds:
     """Builds the PrimFuncs of one target: refusals, batches, one by one; `cache` keeps them."""
 
     def __init__(
         self,
-        target: tvm.target.Target,
-        target_name: str,
+        recipe: Recipe,
         module_name: str,
         *,
-        checked: bool,
         local: bool,
         cache: BuildCache,
         stats: CompileStats,
         compiling: Compiling,
+        builder: Builder,
     ):
-        self.target, self.target_name, self.module_name = target, target_name, module_name
-        self.checked = checked
+        self.recipe, self.target = recipe, recipe.target
+        self.target_name, self.module_name = recipe.options.target, module_name
         self.cache, self.stats, self.compiling = cache, stats, compiling
-        self.is_gpu = target.kind.name in GPU_KINDS
+        self.builder = builder  # where `tirx.build` runs: here, or in the build worker
+        self.is_gpu = self.target.kind.name in GPU_KINDS
         # kernels that run in this process, on its CPU: JIT-compiled by LLVM when built
-        self.runs_here = local and target.kind.name == "llvm"
-        self._foreign = _foreign_architecture(target) if self.runs_here else None
-        # where `tirx.build` runs: here, or in the build worker (isolation.py)
-        self.builder: Callable[[tvm.IRModule, tvm.target.Target], object] = build_here
+        self.runs_here = local and self.target.kind.name == "llvm"
+        self._foreign = _foreign_architecture(self.target) if self.runs_here else None
 
     def libraries(self, funcs: dict, wanted: Iterable[str], use_cache: bool) -> dict[str, Built]:
         """The `wanted` kernels of `funcs`, from a cache or built; when one has to be built,
@@ -94,7 +92,8 @@ class KernelBuilds:
     def build_one(self, name: str, func) -> Built:
         with self.compiling("tir", (name,)):
             built = Built(self._build_kernel(name, func), frozenset({name}))
-        self.cache.keep_kernels({name: func}, built)
+        if not isinstance(built.lib, CompileError) or the_kernels_own(built.lib):
+            self.cache.keep_kernels({name: func}, built)
         return built
 
     def build_together(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> dict[str, Built]:
@@ -172,14 +171,16 @@ class KernelBuilds:
         self._check_threads(name, func)
         return self.tirx_build({name: func})
 
-    def build_kernel_module(self, name: str, func: tvm.tirx.PrimFunc):
+    def build_to_read(self, name: str, func: tvm.tirx.PrimFunc, context) -> tvm.runtime.Module:
         """One PrimFunc's library to read (its LLVM IR, assembly, lowered TIR), built in this
-        process, where its passes can be watched; with --isolate only once the worker built it
-        (a crash there is an error, not the end of the kernel)."""
+        process in PassContext `context` (whose instruments watch its passes); with a builder
+        elsewhere (--isolate) only once that one built it (a crash there is an error, not the
+        end of the kernel)."""
         self._check_threads(name, func)
-        if self.builder is not build_here:
+        if self.builder.elsewhere:
             self.tirx_build({name: func})
-        return build_here(self.module({name: func}), self.target)
+        with context:
+            return build_here(self.recipe.as_built({name: func}), self.target)
 
     def _check_threads(self, name: str, func: tvm.tirx.PrimFunc) -> None:
         if self.is_gpu and not binds_threads(func):
@@ -188,16 +189,14 @@ class KernelBuilds:
 
     def tirx_build(self, funcs: dict[str, tvm.tirx.PrimFunc]):
         """One `tirx.build` of `funcs` (`{name: func}`), as this build makes them."""
-        return self.builder(self.module(funcs), self.target)
+        return self.builder.tirx_build(self.recipe.as_built(funcs), self.target)
 
-    def module(self, funcs: dict[str, tvm.tirx.PrimFunc]) -> tvm.IRModule:
-        """`funcs` as this build compiles them: named, guards in if checked (CPU)."""
-        return tvm.IRModule({tvm.ir.GlobalVar(n): self._as_built(n, f) for n, f in funcs.items()})
 
-    def _as_built(self, name: str, func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
-        if self.checked and self.target.kind.name == "llvm":
-            func = guard(func, name)
-        return func.with_attr("global_symbol", name)
+def the_kernels_own(error: CompileError) -> bool:
+    """Whether `error` says something of the kernel (kept, so that it is not worked out again):
+    not when the build could not run where it runs (the build worker died; the caller's
+    PassContext cannot travel there)."""
+    return not isinstance(error.__cause__, (WorkerCrash, CannotTravel))
 
 
 def _compile_failure(err: Exception, name: str, func, target_name: str, is_gpu: bool):

@@ -26,6 +26,7 @@ import tvm
 from tvm import relax
 
 from ..models.source_sites import where_of
+from .pass_contexts import with_instruments
 
 LEGALIZE = "LegalizeOps"
 FUSE_TIR = "FuseTIR"
@@ -73,9 +74,9 @@ class _Recorder:
 class Recording:
     """What one lowering showed of its modules; `sites()` works out the kernels' bindings."""
 
-    def __init__(self, recorder: _Recorder):
-        self._recorder = recorder
-        self._sites: KernelSites | None = None
+    def __init__(self, recorder: _Recorder | None, sites: KernelSites | None = None):
+        self._recorder = recorder  # None: `sites` were worked out elsewhere (the build worker)
+        self._sites = sites
 
     def sites(self) -> KernelSites:
         """The bindings of each kernel's call sites (worked out once, when first asked for)."""
@@ -89,15 +90,7 @@ def recording() -> Iterator[Recording]:
     """Record the pipeline run inside, in the pass context already in force (its options and
     instruments kept)."""
     recorder = _Recorder()
-    current = tvm.transform.PassContext.current()
-    context = tvm.transform.PassContext(
-        opt_level=current.opt_level,
-        required_pass=list(current.required_pass),
-        disabled_pass=list(current.disabled_pass),
-        instruments=[*current.instruments, recorder],
-        config=dict(current.config),
-    )
-    with context:
+    with with_instruments(recorder):
         yield Recording(recorder)
 
 

@@ -1,10 +1,10 @@
 """Linking: Relax functions lowered by VM codegen and the kernels' libraries, made one executable.
 
-`link_vm` is the one link of the package: the VM of a call, the library
-`export_library` writes, and what the remote runner uploads are all linked
-by it. The kernel libraries a link takes were built one by one or in
-batches (kernel_builds.py); `link_order` orders them so that each kernel
-comes from the library meant for it.
+`vm_codegen` is the one VM codegen of the package and `link_vm` its one
+link: the VM of a call, the library `export_library` writes, and what the
+remote runner uploads all come from them. The kernel libraries a link
+takes were built one by one or in batches (kernel_builds.py); `link_order`
+orders them so that each kernel comes from the library meant for it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from graphlib import CycleError, TopologicalSorter
 import tvm
 from tvm import relax
 from tvm.relax.vm_build import _ffi_api as _vm_ffi
+from tvm.relax.vm_build import _vmcodegen
 
 from ...errors import CallError, last_reason
 from .kernel_sites import KernelSites, Recording
@@ -59,6 +60,14 @@ class Linked:
         vm = relax.VirtualMachine(self.executable, device)
         vm.set_instrument(hook)
         return vm
+
+
+def vm_codegen(lowered: tvm.IRModule) -> tuple[relax.ExecBuilder, dict[str, tvm.tirx.PrimFunc]]:
+    """VM codegen of `lowered` (a module after the Relax pipeline): the builder holding its Relax
+    functions' bytecode, and the PrimFuncs they call, by name (what the link needs built)."""
+    builder = relax.ExecBuilder()
+    leftover = _vmcodegen(builder, lowered)
+    return builder, {gv.name_hint: f for gv, f in called_prim_funcs(lowered, leftover)}
 
 
 def link_vm(

@@ -12,9 +12,9 @@ import tvm
 import tvm_ffi
 
 from ...errors import CompileError
-from .stats import CompileStats
 from .in_memory import KeptBuilds
 from .linking import Built, Linked
+from .stats import CompileStats
 
 
 class BuildCache:

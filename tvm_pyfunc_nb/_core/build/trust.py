@@ -154,11 +154,15 @@ def temporary_directory() -> Path:
         shutil.rmtree(made, ignore_errors=True)
         raise TVMModuleError(f"the temporary directory is not private: {problem}")
     if not _temporary:
-        atexit.register(_remove_temporary)
+        atexit.register(_remove_temporary, os.getpid())
     _temporary.append(made)
     return made
 
 
-def _remove_temporary() -> None:
+def _remove_temporary(owner: int) -> None:
+    """Remove this process's directories at its exit; not in a process forked from it, whose
+    `atexit` this is too (they are still the parent's)."""
+    if os.getpid() != owner:
+        return
     for path in _temporary:
         shutil.rmtree(path, ignore_errors=True)

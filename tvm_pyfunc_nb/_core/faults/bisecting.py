@@ -71,13 +71,15 @@ import tvm
 import tvm_ffi
 
 from ...errors import CallError, WorkerCrash, reason_sentence
-from ..build.worker import Crash, PassKey, PassRun, build_and_run, shared_worker
+from ..build.worker.pass_log import PassKey, PassRun
+from ..build.worker.process import Crash
 from ..inspect.comparing import Difference, error_cells, output_differences
 from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import to_torch
 from ..tables import text_table
+from .isolation import in_worker
 
 # Passes that translate from one level to the next (see the module's docstring): always on.
 NEEDED = frozenset(
@@ -260,7 +262,7 @@ class _Search:
     def __init__(self, parts: ModuleParts, fn: str, mod, inputs, expected, rtol, atol):
         self.parts, self.fn, self.mod, self.inputs = parts, fn, mod, inputs
         self.expected, self.rtol, self.atol = expected, rtol, atol
-        self.worker = shared_worker()
+        self.builder = in_worker(parts.build.builder, parts.name)
         self.runs: tuple[PassRun, ...] = ()
         self.passes: list[PassRun] = []
         self.tried: list[Tried] = []
@@ -268,8 +270,8 @@ class _Search:
 
     def build(self, skip=frozenset(), snapshots=frozenset(), heard=None) -> _Probe:
         try:
-            report = build_and_run(
-                self.worker, self.parts.options, self.mod, self.fn, self.inputs,
+            report = self.builder.build_and_run(
+                self.parts.options, self.mod, self.fn, self.inputs,
                 skip=skip, snapshots=snapshots, on_stage=heard,
             )  # fmt: skip
         except WorkerCrash as err:

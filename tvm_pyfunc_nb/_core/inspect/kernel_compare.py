@@ -31,11 +31,9 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError
-from ..build.build import Build
 from ..build.kernel_sites import MAX_PLACES
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
-from ..build.stats import CompileStats
 from ..live.cells import RELAX
 from ..models.source_sites import where_of
 from ..module_parts import ModuleParts
@@ -184,7 +182,7 @@ def compare_kernels(
     values = (
         _fx_values(origin, args)
         if from_torch
-        else dict(trace(parts, fn, args, build=_plain_build(parts)))
+        else dict(trace(parts, fn, args, build=parts.build.reference()))
     )
     _through_aliases(entry.func, values)
     site_of = origin.site if origin is not None else (lambda binding: None)
@@ -234,15 +232,6 @@ def _named(check: KernelCheck, fn: str, site_of) -> str:
     places = list(dict.fromkeys(str(s) for b in check.bindings if (s := site_of(b))))
     where = f", from {'; '.join(places[:MAX_PLACES])}" if places else ""
     return f"kernel `{check.kernel}` ({which}{where})"
-
-
-def _plain_build(parts: ModuleParts) -> Build:
-    """A build of the module's function with every optional pass off: the `default` pipeline
-    (legalization and what the VM needs, no fusion), no schedules, no offload."""
-    options = dataclasses.replace(parts.options, pipeline="default", offload="none")
-    build = Build(options, CompileStats(), None, parts.name)
-    build.scheduled = False
-    return build
 
 
 def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> None:

@@ -123,8 +123,7 @@ def lowered_prim_func(build, name: str, func: tvm.tirx.PrimFunc) -> str:
             if info.name == "tirx.MakePackedAPI" and not captured:
                 captured.append(mod)
 
-    with tvm.transform.PassContext(instruments=[Capture()]):
-        build.build_kernel_module(name, func)
+    build.build_kernel_module(name, func, instruments=[Capture()])
     if not captured:
         raise CallError(f"TIR lowering of `{name}` did not reach MakePackedAPI", function=name)
     return captured[0].script(extra_config={"script.use_pep695": False})

@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.ir import GlobalVar
 
 from ...errors import CallError, CellSyntaxError
-from .cells import PYFUNC, CellFragment, FunctionSource, split_cell
+from .cells import PYFUNC, CellFragment, FunctionSource
 from .pyfunc_loader import CellGlobals, load_pyfunc, run_preamble, runtime_pyfunc_source
 from .tvmscript_parse import parse_fragment
 
@@ -205,22 +205,3 @@ def python_function(name: str, func: Callable) -> Contribution:
     source = FunctionSource(name, PYFUNC, runtime_pyfunc_source(name, func), 0)
     entry = pyfunc_entry(source, key, "", func)
     return Contribution(key, f"add_python_function({name!r})", {name: entry})
-
-
-def cell_contribution(state, text: str, key, run: int, filename: str, origin, reset: bool, live):
-    """What a cell run of `text` brings to `live` (whose module is `state`), and whether it
-    replaces the whole module (`reset`, or the cell is one whole class)."""
-    fragment = split_cell(text, key)
-    reset = reset or bool(fragment.full_class)
-    others = {} if reset else owners(c for k, c in state.contributions.items() if k != key)
-    contribution = from_cell(
-        fragment,
-        run=run,
-        filename=filename,
-        origin=origin or f"cell run {run}",
-        module_name=live.name,
-        others=others,
-        namespace=live.namespace,
-        consts=live.consts,
-    )
-    return contribution, reset

@@ -1,21 +1,22 @@
 """`LiveModule`: one IRModule built from many cells, changed in place, compiled lazily.
 
-The facade. It makes the parts of a module once, hands them to each feature
-as one `ModuleParts` (module_parts.py), and delegates:
+The facade. It makes the parts of a module once (`made_parts`: each part
+gets all it depends on when it is made, nothing is hung on it later), hands
+them to each feature as one `ModuleParts` (module_parts.py), and delegates:
 
 - `Assembly` (assembly.py): contributions (cells, added modules, schedules)
   in, one checked IRModule out, transactionally;
-- `Compiler` (compiler.py): what is compiled, and compiling what a call
-  needs (kernels, linked Relax VMs, the pyfunc bridge), through a `Build`;
+- a `Build` (build/build.py) for the module's target and pipeline, with its
+  builder, chosen once: here, or the build worker with --isolate
+  (faults/isolation.py);
 - a runner (runner.py), chosen once: compiled code here or on a remote
-  device; the resolver of
-- the `CallTable` (call_table.py): the fast callables (callables.py) and
-  the latest call of each function;
-- features, each a function of the parts in its own module: `trace`
-  (tracing.py), `compare` (comparing.py; `by="kernel"`: kernel_compare.py),
-  `time` (timing.py), `profile` (profiling.py), `graph` (graph.py),
-  `lowered`/`kernels`/`source` (inspect/lowered_views.py), `schedule`/`tune` (tuning/),
-  `export` (exporting.py), `script`/`edit_text` (script_text.py).
+  device; it makes the `Compiler` (what is compiled, and compiling what a
+  call needs) and the `CallTable` (call_table.py: the fast callables and the
+  latest call of each function), whose resolver it is;
+- features, each a function of the parts in its own module (features.py:
+  `trace`, `compare`, `time`, `profile`, `graph`, `lowered`/`kernels`/
+  `source`, `export`, `script`/`edit_text`...), and `schedule`/`tune` (tuning/), whose
+  result it commits.
 
 What it owns itself is the one rule that ties the parts together, `_commit`:
 when the module (or its compiled code) changes, the call table's handles
@@ -33,41 +34,31 @@ from typing import Any
 
 import tvm
 
-from .. import exporting, front_end_port
+from .. import front_end_port
 from ..build.build import Build
-from ..build.compiler import Compiler
+from ..build.builder import HERE
 from ..build.stats import CompileRecord, CompileStats
-from ..faults import bisecting
-from ..faults.isolation import isolate
-from ..inspect import (
-    comparing,
-    kernel_compare,
-    lowered_views,
-    profiling,
-    timing,
-    tracing,
-)
-from ..inspect import graph as dataflow
+from ..faults.isolation import WorkerBuilder
+from ..front_end_port import Reporter
 from ..models.importing import added_contribution, binding_site, import_torch
-from ..module_parts import ModuleParts
+from ..module_parts import ModuleParts, named_constants
 from ..options import ModuleOptions, check_target_runs_on, device_of, module_options
-from ..run.call_table import CallTable, RecordView
+from ..run.call_table import RecordView
 from ..run.callables import LazyCallable
 from ..run.compiled_module import CompiledPyModule
-from ..run.runner import make_runner, remote_address
-from ..run.trampolines import PyFuncBridge
+from ..run.runner import Calling, make_runner, remote_address
 from ..tuning import entry as tuning
-from ..tuning.relax_kernels import kernel_schedules
-from . import script_text
 from .assembly import Assembly, ModuleState, Proposal, UpdateResult
+from .cell_runs import cell_contribution
 from .cells import PRIMFUNC, PYFUNC, RELAX
-from .contributions import FunctionEntry, cell_contribution, next_run, python_function
+from .contributions import FunctionEntry, next_run, python_function
 from .editing import ConstantTable
+from .features import Features
 from .pyfunc_loader import forget_cell_text, register_cell_text
 from .upstream import UpstreamInterface
 
 
-class LiveModule(UpstreamInterface):
+class LiveModule(UpstreamInterface, Features):
     """A live TVM module: pyfuncs, PrimFuncs and Relax functions that cells change in place.
 
     `%%tvmmodule NAME` cells build one and bind it to `NAME` (without IPython,
@@ -84,39 +75,10 @@ class LiveModule(UpstreamInterface):
         self.device = device_of(self.device_name)
         self.namespace: Mapping[str, Any] = namespace if namespace is not None else {}
         self.stats = CompileStats()
-        local = remote_address(self.options) is None
-        # a remote VM runs on the server, which cannot call back into this process's Python
-        assembly = Assembly(name, relax_may_call_python=local)
-        build = Build(self.options, self.stats, persistent_cache, name, local=local)
-        check_target_runs_on(build.target, self.options, self.device)
-        build.on_compile = front_end_port.compile_hook(self)
-        # where imports and compiles run: here, or in the build worker (--isolate)
-        self._isolation = isolate(build, self.options) if self.options.isolate else None
-        schedules = kernel_schedules(persistent_cache, name, build.target)
-        build.after_pipeline = schedules.apply
-        calls = CallTable(self.stats, vars(self))
-        compiler = Compiler(build, PyFuncBridge(calls, name))
-        runner = make_runner(self, assembly, compiler, calls, self.device, self.options, self.stats)
-        calls.resolver = runner.resolve
-        torch_origins: dict = {}
-        build.site_of = functools.partial(binding_site, torch_origins)
-        self._parts = ModuleParts(
-            name,
-            self.options,
-            self.device,
-            assembly,
-            compiler,
-            runner,
-            calls,
-            schedules,
-            torch_origins=torch_origins,
-            constants=ConstantTable(),
-            owner=self,
-        )
         self._extern_called: dict[str, None] = {}  # packed functions `call_dps_packed` looked up
         # names `NAME.<name>` gives the module's own, not a function's
         self._own_names = frozenset(n for n in [*vars(self), *dir(type(self))] if n[0] != "_")
-        calls.reserved = self._own_names
+        self._parts = made_parts(self, self._own_names, persistent_cache)
 
     # -- contributions -------------------------------------------------------------
     def run_cell(self, text: str, *, key=None, origin=None, reset=False, header=None, eager=False):
@@ -130,7 +92,7 @@ class LiveModule(UpstreamInterface):
         register_cell_text(filename, header or f"%%tvmmodule {self.name}", text)
         try:
             contribution, reset = cell_contribution(
-                self._state, text, key, number, filename, origin, reset, self
+                self._parts, text, key, number, filename, origin, reset
             )
             return self._apply(self._parts.assembly.propose(contribution, reset=reset), eager=eager)
         except BaseException:
@@ -165,14 +127,13 @@ class LiveModule(UpstreamInterface):
         call: a pyfunc (`<name>_<op>`) added with it; the import says which.
         `custom_convert_map` is TVM's own (`{op name: converter(node, importer)}`); with
         --isolate the import runs in the build worker first."""
-        first = self._isolation.translate_first if self._isolation is not None else None
         imported = import_torch(
             model,
             example_args,
             name=name,
             dynamic_shapes=dynamic_shapes,
             custom_convert_map=custom_convert_map,
-            translate_first=first,
+            translate_first=self._parts.build.builder.translate_first,
         )
         by = f"{self.name}.add_torch({type(model).__name__})"
         result = self._add(imported.functions, None, by, imported.notes)
@@ -250,20 +211,9 @@ class LiveModule(UpstreamInterface):
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self._state.entries))
 
-    def script(self) -> str:
-        """TVMScript of the whole module, every pyfunc's source included; it parses back (in a
-        `%%tvmmodule` cell: weights are written `NAME.consts.<name>`)."""
-        return script_text.script(self._parts)
-
     def show(self) -> None:
         """Display the module's widget: a tab per function (script, latest call), the script."""
         front_end_port.current().show(self)
-
-    def as_torch(self, fn: str) -> str:
-        """Relax function `fn` as PyTorch source text; what it cannot map is flagged."""
-        from ..models.torch_source import relax_to_torch_source
-
-        return relax_to_torch_source(fn, self.entry(fn, kind=RELAX, needed_by="as_torch").func)
 
     @property
     def consts(self) -> ConstantTable:
@@ -271,87 +221,7 @@ class LiveModule(UpstreamInterface):
         edit and script text write it; `NAME.consts.numpy(name)` its value."""
         return self._parts.consts
 
-    # -- looking inside, leaving the notebook (each in its own module) ---------------------
-    def edit_text(self, fn: str) -> str:
-        """The cell that defines `fn` now: `%%tvmmodule NAME` and its TVMScript (a pyfunc's
-        source), weights as `NAME.consts.<name>`. Running it makes the cell `fn`'s owner."""
-        return script_text.edit_text(self._parts, fn)
-
-    def edit(self, fn: str) -> str | None:
-        """Put `fn`'s cell (`edit_text`) in a new cell below, as `%load` does (outside a notebook,
-        return the text)."""
-        text = self.edit_text(fn)
-        return None if front_end_port.current().next_input(text) else text
-
-    def export(self, path: str, *, example: tuple | None = None) -> str:
-        """Write the module to `path` as a standalone Python file that runs with plain TVM;
-        `example=("fn", args)` runs now, and `python path` checks it gives the same numbers."""
-        return exporting.export(self._parts, path, example)
-
-    def export_library(self, path: str) -> exporting.LibraryExport:
-        """Export the compiled PrimFuncs and Relax VM as one library at `path`, for
-        `tvm.runtime.load_module` (Relax functions that call pyfuncs are left out)."""
-        return exporting.export_library(self._parts, path)
-
-    def trace(self, fn: str, *args, stop_at: str | None = None) -> tracing.Trace:
-        """Run Relax function `fn` once and return every intermediate by binding name, in order,
-        as `torch.Tensor`s; shown as a table of binding, op, shape, dtype, min/max/mean.
-        `stop_at="nonfinite"` stops at the first binding that makes nan or inf from finite
-        inputs, and names it, its op, its inputs' ranges and its source line."""
-        return tracing.trace(self._parts, fn, args, stop_at=stop_at)
-
-    def compare(
-        self, fn: str, reference, *args, rtol=1e-5, atol=1e-6, by="binding"
-    ) -> comparing.Comparison:
-        """Run `fn` and `reference` (a callable or torch.nn.Module) on `args`: each output's
-        error, pass/fail; op by op when `fn` came from `add_torch(reference)`. `by="kernel"`:
-        each compiled kernel's output against the binding it computes (in PyTorch, or in a
-        build with every optional pass off), naming the first that diverges."""
-        return kernel_compare.compare(self._parts, fn, reference, args, rtol, atol, by)
-
-    def bisect(self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6) -> bisecting.Bisection:
-        """The first optional pass of `fn`'s build (Relax pipeline, then TIR) that changes its
-        numbers on `args` or crashes, found by building in a child process with passes 1..k on;
-        `.save("repro.py")` writes a standalone file that shows it. A pass of your own joins
-        the search through a Relax pipeline (`relax.register_pipeline`, `--pipeline NAME`);
-        bisecting.py says how, and which passes stay on."""
-        return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
-
-    def lowered(self, fn: str) -> str:
-        """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc
-        after TIR lowering."""
-        return lowered_views.lowered(self._parts, fn)
-
-    def kernels(self, fn: str) -> lowered_views.KernelList:
-        """The kernels Relax function `fn` runs after the pipeline, in order (with --offload
-        torch, its PyTorch calls too; the pyfuncs it calls): a list, shown as a table of the
-        bindings each kernel computes and where in the model's code they came from."""
-        return lowered_views.kernels(self._parts, fn)
-
-    def source(self, fn: str, fmt: str | None = None) -> str:
-        """The code TVM generated for `fn`: LLVM IR (`"ll"`) or assembly (`"asm"`) on a CPU,
-        CUDA source on CUDA; for a Relax function, that of every kernel it runs."""
-        return lowered_views.source(self._parts, fn, fmt)
-
-    def time(self, fn: str, *args, number=10, repeat=5, against=None) -> timing.Timing:
-        """Time `fn` on `args` with TVM's `time_evaluator` on the module's device (pyfuncs: wall
-        clock); `against=callable` times a reference on the same inputs and shows the function's
-        speed as a multiple of the reference's (`Timing.speed`: above 1 is faster)."""
-        return timing.time_function(self._parts, fn, args, number, repeat, against)
-
-    def profile(self, fn: str, *args, number=10, repeat=5) -> profiling.Profile:
-        """Time every kernel Relax function `fn` launches on `args` (TIR kernels, PyTorch calls,
-        pyfuncs; the VM's own work apart): a table slowest first, with the bindings and PyTorch
-        ops fused into each and where they came from."""
-        return profiling.profile(self._parts, fn, args, number, repeat)
-
-    def graph(self, fn: str, overlay=None, *, by: str = "binding") -> dataflow.Graph:
-        """Relax function `fn` as a dataflow graph, drawn in a notebook in groups by `nn.Module`
-        that fold: a node per binding, or per kernel launch of the compiled function
-        (`by="kernel"`). `overlay=` what `compare`, `profile` or `trace` returned for `fn`
-        colours the nodes by error, time or non-finite values."""
-        return dataflow.graph(self._parts, fn, overlay, by)
-
+    # -- changing how it runs -------------------------------------------------------------
     def schedule(self, kernel: str, how) -> UpdateResult | list[str]:
         """Schedule PrimFunc `kernel`: `how="dlight"` (TVM's default schedules for the target) or
         a function of a `tvm.s_tir.Schedule`; the result replaces it until its cell runs again.
@@ -414,3 +284,47 @@ class LiveModule(UpstreamInterface):
 
 def _what(obj) -> str:
     return f"{len(obj)} functions" if isinstance(obj, (list, tuple)) else type(obj).__name__
+
+
+def made_parts(live: LiveModule, reserved: frozenset[str], persistent_cache) -> ModuleParts:
+    """The parts of `live`, each made once with all it depends on: the build with its builder
+    (here, or the build worker with --isolate), what it reports and where a binding came
+    from; the runner with what its callables need (`reserved`: the module's own names, which
+    no function's callable takes). Nothing is hung on a part later."""
+    name, options = live.name, live.options
+    local = remote_address(options) is None
+    # a remote VM runs on the server, which cannot call back into this process's Python
+    assembly = Assembly(name, relax_may_call_python=local)
+    reporter = Reporter(live)
+    torch_origins: dict = {}
+    constants = ConstantTable()
+    builder = WorkerBuilder.isolating(options, name) if options.isolate else HERE
+    build = Build(
+        options,
+        live.stats,
+        persistent_cache,
+        name,
+        local=local,
+        builder=builder,
+        compiling=reporter.compiling,
+        site_of=functools.partial(binding_site, torch_origins),
+    )
+    check_target_runs_on(build.target, options, live.device)
+    builder.warm()
+    consts = functools.partial(named_constants, assembly, constants, torch_origins)
+    calling = Calling(vars(live), reserved, live, consts)
+    runner = make_runner(name, assembly, build, live.device, options, calling)
+    return ModuleParts(
+        name,
+        options,
+        live.device,
+        assembly,
+        runner.compiler,
+        runner,
+        runner.calls,
+        build.schedules,
+        torch_origins=torch_origins,
+        constants=constants,
+        namespace=live.namespace,
+        reporter=reporter,
+    )

@@ -76,15 +76,21 @@ class RecordView(Mapping[str, CallRecord]):
 class CallTable:
     """The fast callables of one live module, the latest call of each function, and the change rule.
 
-    `resolver(name)` makes the callable of `name` (compiling what it needs), and is set
-    once the runner exists; `published` receives each callable under its function's name,
-    unless the name is one of `reserved` (the owner's own attributes) or private.
+    `resolver(name)` makes the callable of `name` (compiling what it needs: the runner, which
+    makes the table); `published` receives each callable under its function's name, unless
+    the name is one of `reserved` (the owner's own attributes) or private.
     """
 
-    def __init__(self, stats, published: dict[str, Any], reserved: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        stats,
+        published: dict[str, Any],
+        reserved: frozenset[str] = frozenset(),
+        resolver: Callable[[str], Callable] | None = None,
+    ):
         self.version = 0
         self.records: dict[str, tuple] = {}  # name -> the fields of its latest CallRecord
-        self.resolver: Callable[[str], Callable] | None = None
+        self.resolver = resolver
         self._published = published
         self.reserved = reserved
         self.stats = stats

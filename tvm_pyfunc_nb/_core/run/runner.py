@@ -1,16 +1,19 @@
 """Where a live module's compiled code runs: here, or on a remote device through TVM's RPC.
 
 A runner is chosen once, when the module is made, so no other part asks
-"is this remote?". It is the call table's resolver: it makes the callable of
-a function at its first call (a pyfunc's, which always runs here, or one of
-compiled code, compiling what it needs), and it runs compiled code once for
-`trace` and many times for `time`.
+"is this remote?". It makes the module's call table and is its resolver: it
+makes the callable of a function at its first call (a pyfunc's, which always
+runs here, or one of compiled code, compiling what it needs with the
+module's `Compiler`, which it makes too: the compiled code calls pyfuncs
+through the table), and it runs compiled code once for `trace` and many
+times for `time`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -18,16 +21,19 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError, TVMModuleError
+from ..build.build import Build
 from ..build.compiler import Compiler
 from ..live.assembly import Assembly
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
 from ..live.contributions import FunctionEntry
+from ..live.editing import ConstantTable
 from .call_errors import refused, unknown_function
 from .call_table import CallTable
 from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
 from .guard_sites import name_the_binding
 from .remote import RemoteDevice
 from .tensors import to_tvm_tensor
+from .trampolines import PyFuncBridge
 
 
 def remote_address(options) -> str | None:
@@ -37,13 +43,28 @@ def remote_address(options) -> str | None:
     return options.rpc or None
 
 
-def make_runner(live, assembly, compiler, calls, device, options, stats) -> Runner:
-    """The runner of a module: here, or on the remote device `options.rpc` names."""
+@dataclass(frozen=True)
+class Calling:
+    """What a runner's callables need of the module beyond its parts: where the table publishes
+    each callable (`NAME.fn`) and the names it must leave alone there, what a pyfunc gets as
+    `self` (the live module, as upstream's `BasePyModule` gives itself), and the module's
+    weights, named (`NAME.consts`: what an error writes a weight as)."""
+
+    published: dict[str, Any]
+    reserved: frozenset[str]
+    pyfunc_self: object
+    consts: Callable[[], ConstantTable]
+
+
+def make_runner(
+    name: str, assembly: Assembly, build: Build, device, options, calling: Calling
+) -> Runner:
+    """The runner of module `name`: here, or on the remote device `options.rpc` names."""
     remote = remote_address(options)
     if remote is None:
-        return LocalRunner(live, assembly, compiler, calls, device)
-    uploads = RemoteDevice(remote, options, stats.uploads.append)
-    return RemoteRunner(live, assembly, compiler, calls, device, uploads)
+        return LocalRunner(name, assembly, build, device, calling)
+    uploads = RemoteDevice(remote, options, build.stats.uploads.append)
+    return RemoteRunner(name, assembly, build, device, calling, uploads)
 
 
 def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
@@ -54,11 +75,12 @@ def evaluator_samples(evaluator: Callable, args: Sequence) -> tuple[float, ...]:
 class Runner(ABC):
     """What both runners share: resolving a name, and the pyfunc path (always here)."""
 
-    def __init__(self, live, assembly: Assembly, compiler: Compiler, calls: CallTable, device):
-        self.live = live  # a pyfunc's `self`
+    def __init__(self, name: str, assembly: Assembly, build: Build, device, calling: Calling):
+        self.name = name
         self.assembly = assembly
-        self.compiler = compiler
-        self.calls = calls
+        self.calling = calling
+        self.calls = CallTable(build.stats, calling.published, calling.reserved, self.resolve)
+        self.compiler = Compiler(build, PyFuncBridge(self.calls, name))
         self.device = device
         self.closed = False
 
@@ -77,15 +99,15 @@ class Runner(ABC):
         until the module changes)."""
         if self.closed:
             raise CallError(
-                f"module `{self.live.name}` was dropped; run its cells again to rebuild it",
+                f"module `{self.name}` was dropped; run its cells again to rebuild it",
                 function=name,
             )
         entries = self.assembly.state.entries
         if name not in entries:
-            raise unknown_function(self.live.name, entries, name)
+            raise unknown_function(self.name, entries, name)
         entry = entries[name]
         if entry.kind == PYFUNC:
-            return pyfunc_callable(self.calls, entry, self.live)
+            return pyfunc_callable(self.calls, entry, self.calling.pyfunc_self)
         return self.compiled_callable(entry)
 
     def close(self) -> None:
@@ -135,10 +157,10 @@ class LocalRunner(Runner):
         """`error` naming the binding whose kernel's check stopped a call of `fn`, if one did.
         The kernels are matched as the pipeline made them, before their CPU schedule (a
         scheduled kernel is no longer the op's legalized form)."""
-        live = self.live
-        prefix = f"{live.name}.consts."
+        prefix = f"{self.name}.consts."
         unscheduled = self.compiler.build.lower(linked.mod, scheduled=False)
-        return name_the_binding(error, linked.mod, unscheduled, fn, live.consts, prefix)
+        consts = self.calling.consts()
+        return name_the_binding(error, linked.mod, unscheduled, fn, consts, prefix)
 
     def run_relax(self, fn: str, linked, entry: FunctionEntry, args: tuple) -> Any:
         return run_compiled(entry, linked.vm(self.device)[fn], args, device=self.device)
@@ -160,8 +182,8 @@ class LocalRunner(Runner):
 class RemoteRunner(Runner):
     """Compiled here, uploaded and run on a remote device: arguments and results are copies."""
 
-    def __init__(self, live, assembly, compiler, calls, device, remote: RemoteDevice):
-        super().__init__(live, assembly, compiler, calls, device)
+    def __init__(self, name, assembly, build, device, calling: Calling, remote: RemoteDevice):
+        super().__init__(name, assembly, build, device, calling)
         self.remote = remote
 
     @property

@@ -15,15 +15,7 @@ import tvm
 import tvm_ffi
 
 from ...errors import last_reason
-from .schedules import WORKLOAD
-
-
-def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
-    """MetaSchedule needs the number of cores of a CPU target."""
-    config = dict(target.export())
-    if target.kind.name == "llvm" and "num-cores" not in config:
-        config["num-cores"] = os.cpu_count() or 1
-    return tvm.target.Target(config)
+from ..build.tuning_records import WORKLOAD
 
 
 def import_tensor_intrinsics() -> None:

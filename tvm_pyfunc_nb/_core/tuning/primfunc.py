@@ -2,7 +2,7 @@
 
 Each candidate is built and run in this process (measuring.py), every measured
 trial goes to a progress reporter, and the records go to the module's tuning
-records (records.py), so running it again with the trials already measured
+records (build/tuning_records.py), so running it again with the trials already measured
 applies the best one without tuning again. The result is a new PrimFunc;
 entry.py makes it a contribution of its own that replaces the kernel until the
 kernel's cell runs again.
@@ -18,11 +18,10 @@ import tvm
 
 from ...errors import ScheduleError, last_reason
 from ..build import trust
+from ..build.tuning_records import WORKLOAD, TuningRecords, kept_trials, tuning_target
 from ..front_end_port import Progress
-from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
-from .records import TuningRecords, kept_trials
+from .measuring import import_tensor_intrinsics, in_process, quiet, time_of
 from .report import KernelRow, TuningReport, milliseconds
-from .schedules import WORKLOAD
 
 
 def tuned(

@@ -2,148 +2,37 @@
 
 A Relax function has no kernels of its own: the module's pipeline makes them
 (what `NAME.kernels("fn")` lists). So a schedule for them cannot be a new
-contribution, as a PrimFunc's is; it is applied to the pipeline's output
-instead, every time the function compiles:
+contribution, as a PrimFunc's is; it goes into the module's `KernelSchedules`
+(build/kernel_schedules.py), which its build applies to the pipeline's output
+every time the function compiles.
 
-- `KernelSchedules` holds what a live module applies after its pipeline: a
-  MetaSchedule database (kernels found in it by structural hash get their best
-  schedule) and the Relax functions whose kernels DLight schedules. The
-  database lives in the compile cache's folder, so a new kernel process (or
-  a new module of the same name) uses the tuned schedules at its first compile;
-  it is read only if no one else could have written it (trust.py), and without
-  a compile cache, or with one refused, it lives in memory, for this module only.
-- `tune_function` tunes the kernels of one function together: one MetaSchedule
-  task per distinct kernel (deduplicated by structural hash, weighted by how
-  often the function calls it), TVM's gradient task scheduler sharing the
-  trial budget by weight, each candidate built and run in this process.
-  Before and after, each kernel is timed the same way, for the report.
-
-A kernel is keyed by its structure, never by its name: the pipeline's names
-(`matmul1`) change when other ops change, and an edit that changes a kernel
-makes it miss the database (it falls back to the default schedule) unless the
-database has its new structure too.
+`tune_function` tunes the kernels of one function together: one MetaSchedule
+task per distinct kernel (deduplicated by structural hash, weighted by how
+often the function calls it), TVM's gradient task scheduler sharing the
+trial budget by weight, each candidate built and run in this process. Before
+and after, each kernel is timed the same way, for the report.
 """
 
 from __future__ import annotations
 
 import os
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import tvm
 import tvm_ffi
 from tvm import relax
 
-from ...errors import CompileCacheWarning, ScheduleError, last_reason
+from ...errors import ScheduleError, last_reason
 from ..build import trust
 from ..build.cpu_schedules import checked_schedule_of
+from ..build.kernel_schedules import KernelSchedules, tunable, workload
+from ..build.tuning_records import IN_MEMORY, WORKLOAD, kept_trials, tuning_target
 from ..front_end_port import Progress
-from .measuring import import_tensor_intrinsics, in_process, quiet, time_of, tuning_target
-from .records import IN_MEMORY, TuningRecords, kept_trials
+from .measuring import import_tensor_intrinsics, in_process, quiet, time_of
 from .report import KernelRow, TuningReport, milliseconds
-from .schedules import WORKLOAD, as_kernel, dlight_kernels, tunable
-
-
-def workload(func: tvm.tirx.PrimFunc) -> tvm.IRModule:
-    """The kernel as MetaSchedule files it, whatever the pipeline named it."""
-    from tvm.s_tir.meta_schedule.tune_context import _normalize_mod
-
-    if func.attrs is not None and "global_symbol" in func.attrs:
-        func = func.without_attr("global_symbol")
-    return _normalize_mod(func)
-
-
-# -- what the build applies after the pipeline ------------------------------------------------
-class KernelSchedules:
-    """The schedules a live module applies to the kernels its pipeline makes, and its tuning
-    records (`records`, records.py: PrimFuncs tuned alone keep theirs there too).
-
-    `directory` is where the Relax kernels' database is, once open; `dlight` names the Relax
-    functions whose remaining kernels DLight schedules.
-    """
-
-    def __init__(self, records: TuningRecords):
-        self.records = records
-        self.target = records.target
-        self.directory: Path | None = None
-        self.dlight: set[str] = set()
-        self._database = None
-        self._on_disk = True  # until its records cannot be read
-
-    def database(self, *, create: bool = False):
-        """The tuning database, read from disk once, from a folder that passed the trust test
-        then (asked again at each call until there is one); None if nothing was ever tuned."""
-        if self._database is None:
-            folder = self.records.module_folder
-            try:
-                if self._on_disk:
-                    self._database, where = self.records.database(folder, create=create)
-                else:
-                    self._database, where = self.records.in_memory(folder, create=create)
-            except Exception as err:  # a record cut short by a full disk; an OSError
-                self._on_disk = False  # this module keeps its schedules in memory from now on
-                where = self.records.directory(folder, create=False)
-                warnings.warn(
-                    f"compile cache: the tuning records in {where} cannot be read "
-                    f"({last_reason(err)}); kernels compile with their default schedules "
-                    "and tuning results stay in memory",
-                    CompileCacheWarning,
-                    stacklevel=2,
-                )
-                self._database, where = self.records.in_memory(folder, create=create)
-            if self._database is not None and where != IN_MEMORY:
-                self.directory = Path(where)
-        return self._database
-
-    def dlight_kernels_of(self, lowered: tvm.IRModule, fn: str) -> list[str]:
-        """The kernels of `fn` in `lowered` that DLight would schedule."""
-        called = _called(lowered, [fn])
-        todo = {
-            gv: f for gv, f in lowered.functions_items() if gv.name_hint in called and tunable(f)
-        }
-        return sorted(gv.name_hint for gv in dlight_kernels(todo, self.target))
-
-    def apply(self, lowered: tvm.IRModule) -> tvm.IRModule:
-        """`lowered` (the pipeline's output) with tuned and DLight schedules in its kernels."""
-        updates = {}
-        database = self.database()
-        if database is not None:
-            target = tuning_target(self.target)
-            for gv, func in lowered.functions_items():
-                if tunable(func):
-                    mod = workload(func)
-                    sch = database.query_schedule(mod, target, WORKLOAD)
-                    if sch is not None and not tvm_ffi.structural_equal(sch.mod, mod):
-                        updates[gv] = as_kernel(sch.mod[WORKLOAD], gv.name_hint)
-        if self.dlight:
-            called = _called(lowered, self.dlight)
-            todo = {
-                gv: f
-                for gv, f in lowered.functions_items()
-                if gv.name_hint in called and gv not in updates and tunable(f)
-            }
-            updates.update(dlight_kernels(todo, self.target))
-        if not updates:
-            return lowered
-        mod = lowered.clone()
-        for gv, func in updates.items():
-            mod.update_func(gv, func)
-        return mod
-
-
-def _called(lowered: tvm.IRModule, functions) -> set[str]:
-    """The names of the functions that Relax functions `functions` of `lowered` call."""
-    present = {gv.name_hint for gv in lowered.get_global_vars()}
-    return {
-        gv.name_hint
-        for fn in functions
-        if fn in present
-        for gv in relax.analysis.all_global_vars(lowered[fn])
-    }
 
 
 # -- the kernels of one function ---------------------------------------------------------------
@@ -356,9 +245,3 @@ class _KernelProgress:
         if any(s is None for s in seconds):
             return None
         return sum(s * t.calls for s, t in zip(seconds, self.tasks, strict=True))
-
-
-def kernel_schedules(persistent, module_name: str, target: tvm.target.Target) -> KernelSchedules:
-    """What module `module_name` applies to its pipeline's kernels, with its tuning records in
-    the compile cache `persistent` (None: in memory)."""
-    return KernelSchedules(TuningRecords(persistent, module_name, target))

@@ -2,9 +2,9 @@
 
 - DLight applies TVM's default schedules for the module's target (thread
   bindings and shared memory on a GPU; on a CPU it knows GEMV and reductions
-  only). `dlight_kernels` is the one place it runs: on one PrimFunc
-  (`NAME.schedule("k", "dlight")`) and on the kernels a Relax function's
-  pipeline makes, each time it compiles.
+  only). `dlight_kernels` (build/kernel_schedules.py) is the one place it
+  runs: on one PrimFunc here (`NAME.schedule("k", "dlight")`), and on the
+  kernels a Relax function's pipeline makes, each time it compiles.
 - `by_hand` calls `how(sch)` with a `tvm.s_tir.Schedule` of the kernel (its
   only function is `main`, so `sch.get_sblock("C")` finds block C) for the
   user to apply primitives: split, reorder, vectorize, parallel...
@@ -18,62 +18,8 @@ from collections.abc import Callable
 import tvm
 
 from ...errors import ScheduleError, last_reason
-from ..build.cpu_schedules import SCHEDULED
-
-# the kernel's name inside a schedule or a MetaSchedule workload, so that block lookups need no
-# func_name
-WORKLOAD = "main"
-
-
-def is_scheduled(func) -> bool:
-    return isinstance(func, tvm.tirx.PrimFunc) and bool(
-        func.attrs is not None and func.attrs.get(SCHEDULED, False)
-    )
-
-
-def tunable(func) -> bool:
-    """A kernel of blocks no schedule has touched yet."""
-    return (
-        isinstance(func, tvm.tirx.PrimFunc)
-        and bool(func.attrs is not None and func.attrs.get("s_tir", False))
-        and not is_scheduled(func)
-    )
-
-
-def as_kernel(scheduled: tvm.tirx.PrimFunc, name: str) -> tvm.tirx.PrimFunc:
-    return scheduled.with_attr("global_symbol", name).with_attr(SCHEDULED, True)
-
-
-def dlight_rules(target: tvm.target.Target) -> list:
-    """DLight's default rules for `target`: GPU rules bind threads; CPU rules know GEMV and
-    reductions only."""
-    from tvm.s_tir import dlight as dl
-
-    if "gpu" in target.keys:
-        return [
-            dl.gpu.Matmul(),
-            dl.gpu.GEMV(),
-            dl.gpu.Reduction(),
-            dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
-        ]
-    return [dl.cpu.GEMV(), dl.cpu.Reduction()]
-
-
-def dlight_kernels(kernels: dict, target: tvm.target.Target) -> dict:
-    """The kernels of `kernels` (`{GlobalVar: PrimFunc}`) that DLight schedules, scheduled."""
-    from tvm.s_tir import dlight as dl
-
-    if not kernels:
-        return {}
-    mod = tvm.IRModule(dict(kernels))  # DLight changes the module it is given: a copy
-    with target:
-        scheduled = dl.ApplyDefaultSchedule(*dlight_rules(target))(mod)
-    return {
-        gv: as_kernel(scheduled[gv.name_hint], gv.name_hint)
-        for gv in kernels
-        if is_scheduled(scheduled[gv.name_hint])
-    }
+from ..build.kernel_schedules import dlight_kernels
+from ..build.tuning_records import WORKLOAD
 
 
 def dlight(func: tvm.tirx.PrimFunc, name: str, target: tvm.target.Target) -> tvm.tirx.PrimFunc:

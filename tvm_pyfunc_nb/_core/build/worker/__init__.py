@@ -7,45 +7,13 @@ build worker runs such steps in a child process instead; when the child dies,
 the caller gets `WorkerCrash` (the signal, the stage, LLVM's last words) and
 the next job finds a fresh child. One machinery serves `--isolate` (imports
 and compiles of a live module) and `bisect` (builds with passes switched
-off, run on the same inputs).
+off, run on the same inputs); faults/isolation.py is the caller's side
+(`WorkerBuilder`).
 
-- `process.py`: `BuildWorker` (one child, its channel, its death) and
-  `shared_worker()`, the one every live module of the process shares;
+- `process.py`: `BuildWorker` (one child, its channel, its folder, its death)
+  and `shared_worker()`, the one every live module of the process shares;
 - `child.py`: the child's loop and the channel's messages (standard library
   only: a child that only dies imports nothing else);
-- `jobs.py`: what the child does, and the calls that have it done:
-  `build_kernels`, `lower` + `link_executable`, `build_and_run`,
-  `import_torch`;
+- `jobs.py`: what the child does, the one job set;
 - `pass_log.py`: every pass of a build, as stages, switched off on request.
 """
-
-from .jobs import (
-    Imported,
-    Lowered,
-    RunReport,
-    build_and_run,
-    build_kernels,
-    import_torch,
-    link_executable,
-    lower,
-)
-from .pass_log import PassKey, PassRun, leaves
-from .process import DEFAULT_TIMEOUT, BuildWorker, Crash, shared_worker
-
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "BuildWorker",
-    "Crash",
-    "Imported",
-    "Lowered",
-    "PassKey",
-    "PassRun",
-    "RunReport",
-    "build_and_run",
-    "build_kernels",
-    "import_torch",
-    "leaves",
-    "link_executable",
-    "lower",
-    "shared_worker",
-]

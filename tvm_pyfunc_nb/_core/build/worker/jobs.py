@@ -1,15 +1,17 @@
-"""What a build worker does, job by job, and the calls a parent makes to have it done.
+"""What a build worker does, job by job: the one job set of `--isolate` and `bisect`.
 
 Each job is a frozen dataclass that crosses to the worker pickled; its `run(log)`
-runs there, with every pass logged (`pass_log.py`), so a crash names its stage.
-Across the boundary:
+runs there, in the caller's `PassContext` (`CallerContext`), and calls the
+same function a build calls in this process (builder.py, build.py), so a
+build in the worker is the same build, elsewhere. Its stages reach the
+parent as it enters them, so a crash names its stage. Across the boundary:
 - IR as `tvm.ir.save_json` text (structurally equal after `load_json`, in
-  milliseconds even with a model's weights);
+  milliseconds even with a model's weights); a target as its JSON form;
 - tensors as numpy arrays;
 - a PyTorch model as its `ExportedProgram`, saved with `torch.export.save`;
 - libraries as `.so` files written with `library_files.write_library` into the
-  worker's private directory, and a Relax VM's bytecode as the executable's own
-  file; the parent loads them and deletes the file.
+  worker's private directory; the parent loads them (`load_library`, which
+  keeps their bytes, so that they can be written again) and deletes the file;
 - a Relax pipeline by its name when TVM registers it; one registered in this
   process (`relax.register_pipeline`, a notebook's own) by value, with
   cloudpickle: its function and what it refers to. Checked on 0.27: a pass
@@ -20,37 +22,44 @@ Across the boundary:
   its Python function, and running it in the worker fails with TVM's
   "bad_function_call". Make such a pass inside the pipeline function.
 
-Every job builds as the module's `Build` does (target, pipeline, crash guards,
-offload), from the module's `ModuleOptions`, with nothing kept between jobs:
-the caches stay the parent's.
+The jobs (the parent's side is faults/isolation.py, `WorkerBuilder`):
+- `Lower`: the Relax pipeline, every pass a stage (`pipeline_here`);
+- `BuildKernels`: one `tirx.build`, then codegen and the link of its library
+  (`build_here`);
+- `LinkStandalone`: VM codegen and link with every kernel built anew into
+  one library, written (`standalone_here`);
+- `Translate`: `add_torch`'s translation by TVM's importer;
+- `BuildAndRun`: `bisect`'s build with passes switched off (`lower_and_link`),
+  run on the inputs.
+
+Nothing is kept between jobs but each module's resolved `Recipe`: the caches
+stay the parent's.
 """
 
 from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.vm_build import _vmcodegen
 
-from ..build import Build
-from ..stats import CompileStats
-from ..library_files import load_library, write_library
 from ...options import ModuleOptions, device_of
+from ..build import Build, lower_and_link
+from ..builder import Recipe, build_here, pipeline_here, standalone_here
+from ..library_files import write_library
+from ..pass_contexts import CallerContext
+from ..stats import CompileStats
 from .child import StageLog
-from .pass_log import PIPELINE, TIR, PassKey, PassRun, logged_passes
-from .process import DEFAULT_TIMEOUT, BuildWorker
+from .pass_log import PIPELINE, PassKey, PassRun, logged_passes
 
-StageHook = Callable[[str], None]  # hears each stage a job enters (progress, a status line)
+TIR_BUILD = "the TIR build"  # its passes; then "codegen" (LLVM's machine code), then "link"
+
 
 # -- pipelines ---------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Pipelines:
     """Relax pipelines registered in the parent that TVM does not register itself, by value."""
@@ -80,29 +89,58 @@ class Pipelines:
                 relax.register_pipeline(name)(cloudpickle.loads(maker))
 
 
-def _build(options: ModuleOptions, pipelines: Pipelines) -> Build:
-    """The worker's `Build` for `options`, made once (its target, pipeline and checks): a job
-    that lowers or builds uses no memory of an earlier one (`Build.link` does: `BuildAndRun`
-    makes its own)."""
+def _recipe(options: ModuleOptions, pipelines: Pipelines) -> Recipe:
+    """The worker's `Recipe` for `options`, resolved once (its target and pipeline)."""
     pipelines.register()
-    if options not in _BUILDS:
-        _BUILDS[options] = Build(options, CompileStats())
-    return _BUILDS[options]
+    if options not in _RECIPES:
+        _RECIPES[options] = Recipe.of(options)
+    return _RECIPES[options]
 
 
-_BUILDS: dict[ModuleOptions, Build] = {}
+_RECIPES: dict[ModuleOptions, Recipe] = {}
 
 
-# -- PrimFuncs -------------------------------------------------------------------------
+def _written(lib: tvm.runtime.Module, output: str, log: StageLog) -> None:
+    write_library(lib, output, on_step=log.stage)
+    os.chmod(output, 0o600)  # whatever the umask: the parent loads only a private file
+
+
+# -- the jobs ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lower:
+    """Relax functions through the module's pipeline: the IR after it, and the bindings each
+    kernel computes."""
+
+    options: ModuleOptions
+    context: CallerContext
+    module: str
+    names: tuple[str, ...]
+    offload: str
+    pipelines: Pipelines = field(default_factory=Pipelines)
+
+    def describe(self) -> str:
+        return f"lowering {', '.join(self.names)}"
+
+    def run(self, log: StageLog) -> tuple[str, object]:
+        recipe = _recipe(self.options, self.pipelines)
+        mod = tvm.ir.load_json(self.module)
+        with (
+            self.context.entered(),
+            logged_passes(log) as passes,
+            passes.in_phase(PIPELINE, self.describe()),
+        ):
+            lowered, recorded = pipeline_here(mod, recipe, self.offload)
+        return tvm.ir.save_json(lowered), recorded.sites()
 
 
 @dataclass(frozen=True)
 class BuildKernels:
-    """PrimFuncs built into one library, as `Build.tirx_build` builds them (named, crash
-    guards in when checked), written to `output`."""
+    """PrimFuncs (as the parent's build makes them: named, guards in) built into one
+    library, written to `output`."""
 
-    options: ModuleOptions
-    module: str  # an IRModule of the PrimFuncs, as JSON
+    target: dict
+    context: CallerContext
+    module: str
     names: tuple[str, ...]
     output: str
 
@@ -110,119 +148,66 @@ class BuildKernels:
         return f"building {', '.join(self.names)}"
 
     def run(self, log: StageLog) -> None:
-        funcs = {gv.name_hint: f for gv, f in tvm.ir.load_json(self.module).functions_items()}
-        build = _build(self.options, Pipelines())
-        with logged_passes(log) as passes, passes.in_phase(TIR, self.describe()):
-            lib = build.tirx_build(funcs)
-        write_library(lib, self.output, on_step=log.stage)
-        os.chmod(self.output, 0o600)  # whatever the umask: the parent loads only a private file
-
-
-def build_kernels(
-    worker: BuildWorker,
-    options: ModuleOptions,
-    funcs: dict[str, tvm.tirx.PrimFunc],
-    *,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    on_stage: StageHook | None = None,
-) -> tvm.runtime.Module:
-    """`Build.tirx_build(funcs)` in the worker: the library of `funcs` (`{name: func}`), loaded
-    here; it can be written again (`write_library`) as the compile cache does. For code that
-    runs here: a library for a remote device (`--rpc`) could not be loaded to hand it back."""
-    if options.rpc:
-        raise NotImplementedError("the build worker builds for this machine, not for --rpc")
-    output = worker.new_file(".so")
-    module = tvm.ir.save_json(tvm.IRModule(dict(funcs.items())))
-    try:
-        job = BuildKernels(options, module, tuple(funcs), str(output))
-        worker.run(job, timeout=timeout, on_stage=on_stage)
-        return load_library(worker.trusted_file(output))
-    finally:
-        output.unlink(missing_ok=True)
-
-
-# -- Relax functions ---------------------------------------------------------------------
+        """Stages: the TIR build, codegen, link. Not each TIR pass: telling the parent of each
+        (80 for one kernel) added a fifth to every build; `bisect` names the pass."""
+        log.stage(TIR_BUILD)
+        with self.context.entered():
+            lib = build_here(tvm.ir.load_json(self.module), tvm.target.Target(self.target))
+        _written(lib, self.output, log)
 
 
 @dataclass(frozen=True)
-class Lower:
-    """Relax functions through the module's pipeline (`Build.lower`) and VM codegen: the IR
-    after the pipeline, what VM codegen leaves (the PrimFuncs to build), and the VM's
-    bytecode and constants, written to `output`."""
+class LinkStandalone:
+    """A lowered module ("" for none) and PrimFuncs linked into one executable a file can hold,
+    written to `output`; returns the kernels' names."""
 
     options: ModuleOptions
-    module: str
-    names: tuple[str, ...]  # its Relax functions
+    context: CallerContext
+    lowered: str
+    kernels: str
     output: str
     pipelines: Pipelines = field(default_factory=Pipelines)
 
     def describe(self) -> str:
-        return f"lowering {', '.join(self.names)}"
+        return "linking a library"
 
-    def run(self, log: StageLog) -> tuple[str, str]:
-        mod = tvm.ir.load_json(self.module)
-        build = _build(self.options, self.pipelines)
-        with logged_passes(log) as passes:
-            with passes.in_phase(PIPELINE, self.describe()):
-                lowered = build.lower(mod)
-            log.stage("vm codegen")
-            builder = relax.ExecBuilder()
-            leftover = _vmcodegen(builder, lowered)
-        attrs = dict(lowered.attrs) if lowered.attrs else {}
-        if attrs.get("external_mods") or attrs.get("const_name_to_constant"):
-            raise NotImplementedError(
-                "the pipeline made external modules (BYOC), which the worker cannot send back"
-            )
-        log.stage("write executable")
-        builder.get().mod.write_to_file(self.output)
-        os.chmod(self.output, 0o600)
-        return tvm.ir.save_json(lowered), tvm.ir.save_json(leftover)
+    def run(self, log: StageLog) -> list[str]:
+        recipe = _recipe(self.options, self.pipelines)
+        lowered = tvm.ir.load_json(self.lowered) if self.lowered else None
+        kernels = {gv.name_hint: f for gv, f in tvm.ir.load_json(self.kernels).functions_items()}
+        log.stage(TIR_BUILD)
+        with self.context.entered():
+            exe, names = standalone_here(lowered, kernels, recipe)
+        _written(exe, self.output, log)
+        return names
 
 
 @dataclass(frozen=True)
-class Lowered:
-    """What `lower` brings back: the IR after the pipeline, the PrimFuncs VM codegen left (to
-    build, e.g. with `build_kernels`), and the VM executable without them (`link_executable`
-    adds them)."""
+class Translate:
+    """`add_torch`'s translation of an `ExportedProgram` (saved with `torch.export.save`) by
+    TVM's importer, as `importing.translate` runs it."""
 
-    lowered: tvm.IRModule
-    leftover: tvm.IRModule
-    executable: tvm.runtime.Module
+    program: bytes
+    name: str
+    model_name: str
+    converters: bytes | None  # the user's converters, by value (cloudpickle)
 
+    def describe(self) -> str:
+        return f"importing {self.model_name}"
 
-def lower(
-    worker: BuildWorker,
-    options: ModuleOptions,
-    mod: tvm.IRModule,
-    *,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    on_stage: StageHook | None = None,
-) -> Lowered:
-    """`Build.lower` and VM codegen of `mod` in the worker."""
-    output = worker.new_file(".vmexec")
-    names = tuple(gv.name_hint for gv, f in mod.functions_items() if isinstance(f, relax.Function))
-    job = Lower(options, tvm.ir.save_json(mod), names, str(output), Pipelines.of(options))
-    try:
-        lowered, leftover = worker.run(job, timeout=timeout, on_stage=on_stage)
-        load = tvm.get_global_func("relax.ExecutableLoadFromFile")
-        executable = load(str(worker.trusted_file(output)))
-    finally:
-        output.unlink(missing_ok=True)
-    return Lowered(tvm.ir.load_json(lowered), tvm.ir.load_json(leftover), executable)
+    def run(self, log: StageLog) -> None:
+        import torch
 
+        from ...models.importing import translate
 
-def link_executable(
-    executable: tvm.runtime.Module, libraries: list[tvm.runtime.Module]
-) -> relax.VMExecutable:
-    """A VM executable that runs: `executable` (from `lower`) with the kernel libraries it calls
-    imported, as `relax.VMLink` links them (without constants to load: `Lower` refuses those).
-    A VM takes each kernel from the first library that has it."""
-    for library in libraries:
-        executable.import_module(library)
-    return relax.VMExecutable(executable)
+        log.stage("import")
+        exported = torch.export.load(io.BytesIO(self.program))
+        converters = None
+        if self.converters is not None:
+            import cloudpickle
 
-
-# -- bisect: build with passes off, run ---------------------------------------------------
+            converters = cloudpickle.loads(self.converters)
+        translate(exported, self.name, self.model_name, converters)
 
 
 @dataclass(frozen=True)
@@ -241,6 +226,7 @@ class BuildAndRun:
     the passes in `skip` switched off, then run on `inputs` (on the module's device)."""
 
     options: ModuleOptions
+    context: CallerContext
     module: str
     function: str
     inputs: tuple[np.ndarray, ...]
@@ -255,10 +241,9 @@ class BuildAndRun:
     def run(self, log: StageLog) -> RunReport:
         mod = tvm.ir.load_json(self.module)
         self.pipelines.register()
-        build = Build(self.options, CompileStats())  # nothing kept from another run
-        with logged_passes(log, self.skip, self.snapshots) as passes:
-            build.on_compile = passes.compiling
-            linked = build.link(mod, use_cache=False)
+        with self.context.entered(), logged_passes(log, self.skip, self.snapshots) as passes:
+            build = Build(self.options, CompileStats(), compiling=passes.compiling)
+            linked = lower_and_link(mod, build, use_cache=False)  # nothing kept from another run
         log.stage("run")
         device = device_of(self.options.device)
         vm = linked.vm(device)
@@ -266,106 +251,7 @@ class BuildAndRun:
         return RunReport(_flat_numpy(out), tuple(passes.runs), passes.snapshots)
 
 
-def build_and_run(
-    worker: BuildWorker,
-    options: ModuleOptions,
-    mod: tvm.IRModule,
-    function: str,
-    inputs: list[np.ndarray],
-    *,
-    skip: frozenset[PassKey] = frozenset(),
-    snapshots: frozenset[PassKey] = frozenset(),
-    timeout: float | None = DEFAULT_TIMEOUT,
-    on_stage: StageHook | None = None,
-) -> RunReport:
-    """Build `function` of `mod` with the passes in `skip` off and run it on `inputs`, in the
-    worker (a crash raises `WorkerCrash`: bisect counts it as the fault)."""
-    job = BuildAndRun(
-        options,
-        tvm.ir.save_json(mod),
-        function,
-        tuple(np.asarray(a) for a in inputs),
-        frozenset(skip),
-        frozenset(snapshots),
-        Pipelines.of(options),
-    )
-    return worker.run(job, timeout=timeout, on_stage=on_stage)
-
-
 def _flat_numpy(value) -> list[np.ndarray]:
     if isinstance(value, (tvm_ffi.Array, tuple, list)):
         return [a for item in value for a in _flat_numpy(item)]
     return [value.numpy()]
-
-
-# -- PyTorch models ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ImportTorch:
-    """An `ExportedProgram` (saved with `torch.export.save`, decomposed as TVM's importer
-    wants it) translated by TVM's `ExportedProgramImporter`, as `importing.import_torch` calls
-    it: the module, `main` before its weights were bound, and where each FX node's value is
-    (its binding's position in `main`)."""
-
-    program: bytes
-
-    def describe(self) -> str:
-        return "importing a PyTorch model"
-
-    def run(self, log: StageLog) -> tuple[str, str, dict[str, int]]:
-        import torch
-        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-
-        from ...models.dynamic_shapes import bounded_slices
-
-        log.stage("import")
-        exported = torch.export.load(io.BytesIO(self.program))
-        importer = ExportedProgramImporter()
-        mod = importer.from_exported_program(exported, False, True, False, bounded_slices(exported))
-        before = importer.block_builder.get()["main"]
-        position = {b.var: i for i, b in enumerate(_bindings(mod["main"]))}
-        env = {
-            node.name: position[value]
-            for node, value in importer.env.items()
-            if isinstance(value, relax.Var) and value in position
-        }
-        return tvm.ir.save_json(mod), tvm.ir.save_json(before), env
-
-
-@dataclass(frozen=True)
-class Imported:
-    """What `import_torch` brings back: the importer's module, `main` before its weights were
-    bound, and its environment (FX node -> Relax var), as `importing.import_torch` uses them."""
-
-    mod: tvm.IRModule
-    before_binding_params: relax.Function
-    env: dict  # torch.fx.Node -> relax.Var, in FX order
-
-
-def import_torch(
-    worker: BuildWorker,
-    exported,
-    *,
-    timeout: float | None = DEFAULT_TIMEOUT,
-    on_stage: StageHook | None = None,
-) -> Imported:
-    """TVM's translation of `exported` (an `ExportedProgram`, decomposed) in the worker."""
-    import torch
-
-    saved = io.BytesIO()
-    torch.export.save(exported, saved)
-    job = ImportTorch(saved.getvalue())
-    module, before, env = worker.run(job, timeout=timeout, on_stage=on_stage)
-    mod = tvm.ir.load_json(module)
-    bindings = _bindings(mod["main"])
-    nodes = {node.name: node for node in exported.graph.nodes}
-    return Imported(
-        mod,
-        tvm.ir.load_json(before),
-        {nodes[name]: bindings[i].var for name, i in env.items()},
-    )
-
-
-def _bindings(func: relax.Function) -> list:
-    return [b for block in func.body.blocks for b in block.bindings]

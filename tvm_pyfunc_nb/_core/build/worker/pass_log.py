@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import tvm
 
+from ..pass_contexts import with_instruments
+
 if TYPE_CHECKING:
     from .child import StageLog
 
@@ -94,7 +96,7 @@ class PassLog:
             self.log.stage(CODEGEN)
 
     def compiling(self, kind: str, names: tuple[str, ...]) -> contextlib.AbstractContextManager:
-        """`Build.on_compile`: the passes of a Relax lowering ("vm") are the pipeline's, those of
+        """`Build.compiling`: the passes of a Relax lowering ("vm") are the pipeline's, those of
         a PrimFunc build ("tir") the TIR build's."""
         if kind == "vm":
             return self.in_phase(PIPELINE, f"lowering {', '.join(names)}")
@@ -115,7 +117,8 @@ class PassLog:
 def logged_passes(
     log: StageLog, skip: frozenset = frozenset(), snapshots: frozenset = frozenset()
 ) -> Iterator[PassLog]:
-    """A `PassContext` whose passes are logged (and switched off, and kept) by a `PassLog`."""
+    """The `PassContext` in force, its passes logged (and switched off, and kept) by a
+    `PassLog`."""
     passes = PassLog(log, skip, snapshots)
-    with tvm.transform.PassContext(instruments=[passes]):
+    with with_instruments(passes):
         yield passes

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import itertools
 import os
 import pickle
@@ -28,6 +29,7 @@ import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,7 +40,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ....errors import TVMModuleError, WorkerCrash
 from ..trust import directory_problem, files_problem, temporary_directory
@@ -90,16 +92,24 @@ class BuildWorker:
 
     `directory` is private to this worker (made with `mkdtemp` in the process's private
     directory, `trust.temporary_directory`; removed by `close`): jobs write their files there
-    (libraries, executables), and the child's stderr goes there. A file is loaded back only
-    after `trusted_file` checked it again. `warm` has the child import TVM and PyTorch as
-    soon as it starts, before any job asks for them.
+    (libraries, executables). It is checked before each file is handed out, and made again
+    (under a new name) if it went away (a tmp cleaner) or someone else could change it; a
+    file is loaded back only after `trusted_file` checked it again. The child's stderr goes
+    to a file without a name (made there, unlinked at once), which only this process reads:
+    no path of it can be replaced, by a symlink or otherwise. `warm` has the child import TVM
+    and PyTorch as soon as it starts, before any job asks for them.
+
+    Only the process that made it uses it: a process forked from this one that closes it (its
+    `atexit`, inherited) leaves the child and the folder alone.
     """
 
     def __init__(self, *, warm: bool = True, name: str = "tvm-pyfunc-nb-worker"):
         self.warm = warm
-        self.directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=temporary_directory()))
+        self._name = name
+        self._owner = os.getpid()
+        self.directory = self._new_directory()
         self.starts = 0  # children started so far
-        self._log = self.directory / "stderr.log"
+        self._log: IO[bytes] | None = None  # the child's stderr (see `_spawn`)
         self._lock = threading.RLock()  # one job at a time
         self._process: subprocess.Popen | None = None
         self._channel: Connection | None = None
@@ -130,8 +140,7 @@ class BuildWorker:
             self._ensure_started()
             described = getattr(job, "describe", lambda: type(job).__name__)()
             pickled = pickle.dumps(job)  # a job that cannot travel fails here, in the caller
-            with contextlib.suppress(OSError):  # the report of a death: this job's output only
-                os.truncate(self._log, 0)
+            os.ftruncate(self._log.fileno(), 0)  # the report of a death: this job's output only
             started = time.monotonic()
             deadline = None if timeout is None else started + timeout
             try:
@@ -183,8 +192,8 @@ class BuildWorker:
                 self._spawn()
 
     def new_file(self, suffix: str) -> Path:
-        """A path in the worker's private directory that no other job uses."""
-        return self.directory / f"job-{next(self._files)}{suffix}"
+        """A path in the worker's private directory (checked now) that no other job uses."""
+        return self._private_directory() / f"job-{next(self._files)}{suffix}"
 
     def trusted_file(self, path: Path) -> Path:
         """`path`, a file a job wrote in the private directory, once no one else could have
@@ -202,6 +211,8 @@ class BuildWorker:
     def close(self) -> None:
         """End the child (its channel closes; it is killed if it does not end within a
         second) and remove the private directory."""
+        if os.getpid() != self._owner:  # a forked copy: the child and folder are the parent's
+            return
         with self._lock:
             self._closed = True
             if self._process is not None:
@@ -210,7 +221,23 @@ class BuildWorker:
                     self._process.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
                     self._stop()
+                self._log.close()
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- its folder ---------------------------------------------------------------------
+    def _new_directory(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{self._name}-", dir=temporary_directory()))
+
+    def _private_directory(self) -> Path:
+        """The worker's folder, checked now: made again (under a new name) if it is gone, is
+        not a directory of its own (a symlink) or someone else could change it."""
+        try:
+            real = stat.S_ISDIR(os.lstat(self.directory).st_mode)
+        except FileNotFoundError:
+            real = False
+        if not real or directory_problem(self.directory):
+            self.directory = self._new_directory()
+        return self.directory
 
     # -- the child's life -----------------------------------------------------------
     def _ensure_started(self) -> None:
@@ -235,18 +262,20 @@ class BuildWorker:
         args = [sys.executable, str(CHILD), str(theirs.fileno()), str(os.getpid())]
         if self.warm:
             args += ["--warm", JOBS]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        env["PYTHONUNBUFFERED"] = "1"
-        with open(self._log, "ab") as log:  # appended to: `run` truncates it for each job
-            self._process = _launcher.start(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                pass_fds=(theirs.fileno(),),
-                env=env,
-                start_new_session=True,
-            )
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        if self._log is not None:  # the previous child's (it is gone: a new child, a new log)
+            self._log.close()
+        self._log = _unnamed_log(self._private_directory())
+        self._process = _launcher.start(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            pass_fds=(theirs.fileno(),),
+            env=env,
+            start_new_session=True,
+        )
         theirs.close()
         self._channel = Connection(ours.detach())
         self._ready = False
@@ -358,12 +387,21 @@ class WorkerTraceback(Exception):
         return "raised in the build worker:\n" + self.args[0]
 
 
-def _tail(path: Path) -> str:
-    """The last lines of file `path` (at most `OUTPUT_LINES`), without blank ones."""
+def _unnamed_log(directory: Path) -> IO[bytes]:
+    """A file for a child's stderr, unlinked as it is made (no name in the folder to replace),
+    appended to (`run` truncates it for each job, and the child's next line lands at its
+    start)."""
+    log = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115 (kept open for the child's life)
+    fcntl.fcntl(log.fileno(), fcntl.F_SETFL, fcntl.fcntl(log.fileno(), fcntl.F_GETFL) | os.O_APPEND)
+    return log
+
+
+def _tail(log: IO[bytes]) -> str:
+    """The last lines the child wrote to `log` (at most `OUTPUT_LINES`), without blank ones."""
     try:
-        with open(path, "rb") as file:
-            file.seek(max(0, file.seek(0, os.SEEK_END) - OUTPUT_BYTES))
-            text = file.read().decode(errors="replace")
+        size = os.fstat(log.fileno()).st_size
+        start = max(0, size - OUTPUT_BYTES)
+        text = os.pread(log.fileno(), size - start, start).decode(errors="replace")
     except OSError:
         return ""
     lines = [line.rstrip() for line in text.splitlines() if line.strip()]

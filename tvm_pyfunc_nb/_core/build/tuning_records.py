@@ -18,15 +18,18 @@ MetaSchedule finds each by its structure inside the database.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import tvm
 import tvm_ffi
 
-from ..build import trust
-from ..build.disk_cache import code_target
-from .schedules import WORKLOAD
+from . import trust
+from .disk_cache import code_target
 
+# the kernel's name inside a schedule or a MetaSchedule workload, so that block lookups need no
+# func_name
+WORKLOAD = "main"
 # what a MetaSchedule JSON database reads back from its directory
 RECORD_FILES = ("database_workload.json", "database_tuning_record.json")
 RECORDS = RECORD_FILES[1]
@@ -102,3 +105,11 @@ def kept_trials(database, mod: tvm.IRModule, default=None) -> int:
         return len(records)
     default_text = str(default.trace)
     return sum(1 for r in records if len(r.trace.insts) and str(r.trace) != default_text)
+
+
+def tuning_target(target: tvm.target.Target) -> tvm.target.Target:
+    """MetaSchedule needs the number of cores of a CPU target."""
+    config = dict(target.export())
+    if target.kind.name == "llvm" and "num-cores" not in config:
+        config["num-cores"] = os.cpu_count() or 1
+    return tvm.target.Target(config)
