@@ -1,7 +1,8 @@
 """Every op of TVM's PyTorch importer has a model (`tests/op_corpus.py`), and a slice of them runs
 right through a live module under both CPU targets: the ops whose fixes it keeps (cosh and sinh
 under the CPU schedule, reads a guard must check only where the kernel makes them, shapes only
-the data decides) and a few dozen that stand for the rest.
+the data decides, ops TVM's importer translates wrong or fails on) and a few dozen that stand
+for the rest.
 
 The whole corpus, beside plain TVM, is `make ops` (`benchmarks/ops_report.py`, its table in
 `benchmarks/OPS.md`): every case there that plain TVM runs right, the live module runs right.
