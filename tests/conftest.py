@@ -5,11 +5,13 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import signal
 import tempfile
 
 import pytest
 from IPython.testing.globalipapp import start_ipython
 
+from tvm_pyfunc_nb._core.run.interrupts import python_sigint
 from tvm_pyfunc_nb.testing import NotebookShell
 
 
@@ -58,9 +60,15 @@ SECONDS = {
     "notebooks/12_inside_the_compiled_model.ipynb": 22,
     "notebooks/12_inside_the_compiled_model.ipynb[x86-64-v3]": 22,
     "tests/test_build_worker.py": 20,
+    "tests/test_verdicts.py": 25,
     "tests/test_bringing_in.py": 18,
     "tests/test_tune_relax.py": 15,
     "tests/test_fuzz.py": 7,
+    "tests/test_interrupts.py": 40,
+    "tests/test_hints.py": 40,
+    "tests/test_foreign_cpu.py": 32,
+    "tests/test_lowering_failures.py": 25,
+    "tests/test_user_files.py": 22,
 }
 
 
@@ -86,6 +94,19 @@ def _cores_stay_free():
     cores = os.sched_getaffinity(0)
     yield
     assert os.sched_getaffinity(0) == cores, f"a test left this process on cores {cores}"
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_stays_pythons():
+    """No test leaves SIGINT to another handler than the one it found (a later test that sends
+    Ctrl-C would wait in vain, and fail far from the cause), and each starts with SIGINT as
+    Python installs it: TVM's Z3 prover gives Python's handler back with `SA_RESTART` (a wait
+    in a system call then resumes after Ctrl-C), and a test may run TVM outside the package's
+    builds and cells, which put it back themselves (`_core/run/interrupts.py`)."""
+    python_sigint()
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    assert signal.getsignal(signal.SIGINT) is handler, "a test left SIGINT to another handler"
 
 
 # Tests import their helpers from the package or from modules of their own, never from

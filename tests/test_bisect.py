@@ -132,3 +132,52 @@ def test_a_function_no_pass_changes(pipelines):
     with pytest.raises(CallError, match="bisect"):
         live.bisect("double", ARGS[0])
     np.testing.assert_allclose(live.mlp(*ARGS).numpy(), expected.numpy())  # still works
+
+
+NESTED = """
+@R.function
+def pair(x: R.Tensor((4,), "float32"), y: R.Tensor((4,), "float32")):
+    s = R.add(x, y)
+    p = R.multiply(x, y)
+    return (s, (p, s))
+"""
+
+
+def run_repro(path, cwd) -> subprocess.CompletedProcess:
+    """`python repro.py` in a fresh Python that cannot import this package (in the venv it is
+    installed: a module of its name beside the file comes first, and refuses)."""
+    (path.parent / "tvm_pyfunc_nb.py").write_text("raise ImportError('not this package')\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_repro_of_nested_outputs_exits_1_with_the_fault_0_without_and_2_when_it_fails(
+    pipelines, tmp_path
+):
+    """Before, the repro of a function returning a tuple died with `AttributeError: 'Array'
+    object has no attribute 'numpy'`: exit status 1, as if the fault showed."""
+    live = LiveModule("nested", pipeline="add_becomes_subtract")
+    live.run_cell(NESTED)
+    result = live.bisect("pair", torch.ones(4), torch.arange(4.0))
+    assert result.culprit.name == "AddBecomesSubtract"
+    path = tmp_path / "repro.py"
+    result.save(str(path))
+    shows = run_repro(path, tmp_path)
+    assert shows.returncode == 1, shows.stderr[-2000:]
+    assert "output 2: max abs error 6" in shows.stdout and "CHANGES the numbers" in shows.stdout
+
+    # the fault gone (a tolerance no difference exceeds): 0
+    loose = tmp_path / "loose.py"
+    text = path.read_text()
+    loose.write_text(text.replace("RTOL, ATOL = ", "RTOL, ATOL = 100.0, 100.0  # ", 1))
+    gone = run_repro(loose, tmp_path)
+    assert gone.returncode == 0, gone.stderr[-2000:]
+    assert "AddBecomesSubtract keeps the numbers" in gone.stdout
+
+    # the file itself cannot run (here: no TVM to import): 2, and it says so
+    (tmp_path / "tvm.py").write_text("raise ImportError('no TVM here')\n")
+    fails = run_repro(path, tmp_path)
+    assert fails.returncode == 2, (fails.returncode, fails.stderr[-2000:])
+    assert "REPRO FAILED" in fails.stderr and "no TVM here" in fails.stderr

@@ -17,6 +17,7 @@ import torch
 from test_bringing_in import MLP
 
 from tvm_pyfunc_nb import CallError, LiveModule, UnknownFunctionError
+from tvm_pyfunc_nb._core.build.offload import PREFIX
 from tvm_pyfunc_nb._views import render
 
 MODEL_FILE = os.path.basename(inspect.getsourcefile(MLP))  # where the model's lines are
@@ -70,8 +71,8 @@ def test_a_row_per_kernel_and_pyfunc_the_vm_apart_slowest_first(modules):
     assert sum(r.share for r in found.rows) == pytest.approx(1.0)
     assert found.time > 0 and found.total >= found.time * 0.999  # the VM row is the rest
     row = next(r for r in found.rows if r.kernel == "add_one")
-    assert (row.calls, row.bindings) == (1, "y") and row.mean == row.total
-    assert next(r for r in found.rows if r.kind == "pyfunc").bindings == "z"
+    assert (row.calls, row.bindings) == (1, ("y",)) and row.mean == row.total
+    assert next(r for r in found.rows if r.kind == "pyfunc").bindings == ("z",)
     assert [r.kernel for r in found.kernels] == [r.kernel for r in found.rows if r.kind != "VM"]
     assert torch.equal(cell.f(x), torch.full((4,), 8.0))  # the module's own VM is untouched
 
@@ -82,6 +83,12 @@ def test_pytorch_calls_are_rows_with_the_ops_and_lines_fused_into_them(modules):
     linear = next(r for r in found.rows if r.kernel == "torch.linear")
     assert (linear.kind, linear.calls) == ("PyTorch call", 2)
     assert "addmm" in linear.ops and linear.where.startswith(f"fc1 · {MODEL_FILE}:")
+    # both linear layers' bindings (it was `lv2 (+1 site)`), and fc1's line with its code
+    sites = offloaded._parts.compiler.linked_for(offloaded._parts.state, "main").sites
+    fused = [b for site in sites.of("main")[PREFIX + "torch.linear"] for b in site]
+    assert linear.bindings == tuple(fused) == ("lv2", "gv")
+    assert "lv2, gv" in repr(found)
+    assert ": return self.fc2(torch.relu(self.fc1(x)))" in linear.where
     relu = next(r for r in found.rows if "relu" in r.kernel)
     assert relu.kind == "kernel" and "relu" in relu.ops
     text = repr(found)

@@ -8,6 +8,7 @@ never answers is a socket of this process (`SilentServer`).
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import re
@@ -128,6 +129,22 @@ def cached_kernels_reach_the_server(shell, server):
     assert cache.summary().entries == entries
 
 
+class AddsOne(torch.nn.Module):
+    def forward(self, x):
+        x.add_(1.0)
+        return x * 2
+
+
+def test_a_model_that_writes_into_its_input_writes_into_the_callers_tensor(shell, server):
+    """The remote device wrote into its copy, and the caller's tensor stayed as it was."""
+    demo = shell.run(f"%tvmmodule demo --rpc {server.address}")
+    demo.add_torch(AddsOne(), (X.clone(),))
+    x = X.clone()
+    assert torch.equal(demo.main(x), (X + 1) * 2) and torch.equal(x, X + 1)
+    comparison = demo.compare("main", AddsOne(), X)
+    assert comparison.passed and [name for name, _ in comparison.written] == ["x"]
+
+
 def test_time_measures_on_the_remote_device(shell, server):
     remote_cell(shell, server, MAIN_RELAX)
     timing = shell.ns["demo"].time("main_relax", X, Y, number=20, repeat=3)
@@ -181,6 +198,7 @@ def dies_then_hangs(shell, server):
     # Ctrl-C while the server hangs gives the call up the same way
     os.killpg(server.process.pid, signal.SIGSTOP)
     try:
+        gc.collect()  # earlier tests' garbage now: a finalizer running as Ctrl-C lands eats it
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
         with pytest.raises(KeyboardInterrupt):
             demo.main_relax(X, Y)

@@ -66,6 +66,13 @@ def line(cls: type, code: str) -> str:
     return f"{HERE}:{at}"
 
 
+def coded(cls: type, code: str) -> str:
+    """`file.py:N: code` of the line of `cls` that holds `code` (all of it): a row's where."""
+    lines, _ = inspect.getsourcelines(cls)
+    (text,) = [text.strip() for text in lines if code in text]
+    return f"{line(cls, code)}: {text}"
+
+
 @pytest.fixture
 def net(shell):
     torch.manual_seed(0)
@@ -97,11 +104,14 @@ def test_a_site_is_short_in_a_row_and_whole_in_a_message():
     site = SourceSite(
         "encoder.layer.0.attention.self.query", "Linear", "/m/modeling_bert.py", 312, "q = f(x)"
     )
-    assert site.short() == "…layer.0.attention.self.query · modeling_bert.py:312"
+    assert site.short() == "…layer.0.attention.self.query · modeling_bert.py:312: q = f(x)"
     assert str(site) == (
         "encoder.layer.0.attention.self.query (Linear), modeling_bert.py:312: q = f(x)"
     )
     assert SourceSite("", "Net", "/m/x.py", 3, "").short() == "Net · x.py:3"
+    # a long line keeps its beginning
+    long = SourceSite("fc", "Linear", "/m/x.py", 3, "h = " + " + ".join(["self.fc(x)"] * 9))
+    assert long.short() == "fc · x.py:3: h = self.fc(x) + self.fc(x) + self.fc(x) + self…"
     # a notebook cell's code: never the kernel's temporary file, which says nothing to a reader
     cell = SourceSite("", "Net", "/tmp/ipykernel_23015/1146111172.py", 3, "y = f(x)")
     assert str(cell) == "Net, notebook cell, line 3: y = f(x)"
@@ -112,10 +122,10 @@ def test_trace_and_compare_rows_say_which_module_and_line_each_binding_came_from
     trace = live.trace("main", x)
     assert trace.header()[-1] == "where"
     where = {row[0]: row[-1] for row in trace.table_rows()}
-    fc1 = f"encoder.0.fc1 · {line(Block, 'hidden = self.fc1(x)')}"
+    fc1 = f"encoder.0.fc1 · {coded(Block, 'hidden = self.fc1(x)')}"
     assert fc1 in where.values()
-    assert f"encoder.0.act · {line(Block, 'self.fc2(self.act(hidden))')}" in where.values()
-    assert f"Net · {line(Net, 'return self.encoder(x) * 2')}" in where.values()
+    assert f"encoder.0.act · {coded(Block, 'self.fc2(self.act(hidden))')}" in where.values()
+    assert f"Net · {coded(Net, 'return self.encoder(x) * 2')}" in where.values()
     assert fc1 in repr(trace)
     assert trace.where[next(b for b, w in where.items() if w == fc1)].module == "Linear"
 
@@ -168,7 +178,7 @@ def test_kernels_is_a_list_of_names_shown_as_a_table_of_bindings_and_lines(shell
     assert text.splitlines()[1].split() == ["kernel", "calls", "bindings", "where"]
     row = next(r for r in kernels.rows() if "matmul" in r[0] and "relu" in r[0])
     assert row[1] == "1" and len(row[2].split(", ")) >= 3  # matmul, add and relu: one kernel
-    assert row[3].startswith(f"encoder.0.fc1 · {line(Block, 'hidden = self.fc1(x)')}")
+    assert row[3].startswith(f"encoder.0.fc1 · {coded(Block, 'hidden = self.fc1(x)')}")
 
 
 def test_a_failed_compile_of_an_import_names_the_binding_its_line_and_the_kernel(shell):

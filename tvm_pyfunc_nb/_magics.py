@@ -20,6 +20,7 @@ from ._core import front_end_port
 from ._core.build.disk_cache import CompileCache
 from ._core.live.live_module import LiveModule
 from ._core.options import OPTION_BY_NAME, OPTIONS, ModuleOptions, Option
+from ._core.run.interrupts import python_sigint
 from ._views import notebook_front_end
 from ._views.render import ModuleList
 from .errors import TVMModuleError
@@ -83,8 +84,10 @@ class TVMModuleMagics(_OptionTraits):
         self._cell_id = getattr(info, "cell_id", None) or None
 
     def post_run_cell(self, result) -> None:
-        """Bring every view on screen up to date with the calls the cell made."""
+        """Bring every view on screen up to date with the calls the cell made; Ctrl-C handled as
+        Python handles it again, whatever TVM did to it in the cell (`interrupts.py`)."""
         notebook_front_end.refresh_views()
+        python_sigint()
 
     # -- magics ------------------------------------------------------------------------
     @magic_arguments("%tvmmodule")

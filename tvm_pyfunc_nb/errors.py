@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 
 MAX_DETAIL_LINES = 12
@@ -87,17 +88,25 @@ class PyFuncError(TVMModuleError):
     """A pyfunc raised, or returned something that does not match its declared `out_ty`."""
 
 
-class LibraryWriteError(TVMModuleError):
-    """A compiled module could not be written as a shared library: the disk is full, a quota or
-    a file size limit was hit, the folder is read-only or gone, or the C compiler failed.
+class FileWriteError(TVMModuleError):
+    """A file for the user (`export`, a repro, a library) could not be written: the disk is
+    full, a quota or a file size limit was hit, the folder is read-only or gone, or a symbolic
+    link stands at the destination. Nothing was written: the destination is as it was.
 
     `errno` is the operating system's error number when a write failed (`errno.ENOSPC`...),
-    else None. The process goes on: the module still runs from memory.
+    else None. The process goes on.
     """
 
     def __init__(self, message: str, *, errno: int | None = None):
         super().__init__(message)
         self.errno = errno
+
+
+class LibraryWriteError(FileWriteError):
+    """A compiled module could not be written as a shared library: the disk is full, a quota or
+    a file size limit was hit, the folder is read-only or gone, or the C compiler failed. The
+    module still runs from memory.
+    """
 
 
 class WorkerCrash(TVMModuleError):
@@ -211,11 +220,28 @@ def reason_sentence(err: BaseException, max_chars: int = 300) -> str:
             rest = line[check.end() :] if check else line
             # an assertion with no message: its condition is all TVM says
             kept.append(rest or f"TVM's internal check `{check.group(1)}` failed")
-    text = " ".join(kept) or type(err).__name__
+    text = " ".join(kept) or _unsaid(err)
     if len(text) > max_chars:
         cut = text.rfind(". ", 0, max_chars)
         text = text[: cut + 1] if cut > 0 else text[: max_chars - 3] + "..."
     return text
+
+
+def _unsaid(err: BaseException) -> str:
+    """What an error without a message says: for a bare `assert` in TVM's Python, the
+    condition, the function and TVM's file; else its type."""
+    frames = traceback.extract_tb(err.__traceback__)
+    if not frames or not (frames[-1].line or "").startswith("assert "):
+        return type(err).__name__
+    last = frames[-1]
+    where = f"{last.name}, {_tvm_path(last.filename)}:{last.lineno}"
+    return f"TVM's check `{last.line[len('assert ') :]}` failed (in {where})"
+
+
+def _tvm_path(filename: str) -> str:
+    """`tvm/relax/...py` for a file of the installed package (no machine paths)."""
+    parts = filename.replace(os.sep, "/").split("/site-packages/")
+    return parts[-1]
 
 
 # What TVM's C++ side warns about code its own legalization wrote (every imported transformer

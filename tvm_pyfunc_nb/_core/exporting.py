@@ -32,6 +32,7 @@ from .live.editing import module_text
 from .live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from .module_parts import ModuleParts
 from .run.tensors import to_torch
+from .user_files import write_whole
 
 _LOADERS = '''def _load(text):
     """Arrays by name; a dtype numpy lacks (bfloat16) travels as its bits, as `name:dtype`."""
@@ -250,8 +251,7 @@ def export(parts: ModuleParts, path: str, example: tuple | None) -> str:
     constants = {name: consts.numpy(name) for name in consts}
     pyfuncs = [n for n, kind in state.functions.items() if kind == PYFUNC]
     text = python_file(parts.name, script, pyfuncs, constants, example)
-    with open(path, "w") as out:
-        out.write(text)
+    write_whole(path, text, "export")
     return path
 
 

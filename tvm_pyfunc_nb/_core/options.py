@@ -17,6 +17,7 @@ from typing import Any
 import tvm
 
 from ..errors import TVMModuleError
+from .build.target_text import why_not_here
 
 TARGET_ENV = "TVM_PYFUNC_NB_TARGET"
 
@@ -162,10 +163,20 @@ def device_of(device: str):
 
 
 def check_target_runs_on(target: tvm.target.Target, options: ModuleOptions, device) -> None:
-    """A `TVMModuleError` if code for `target` cannot run on `device` (`--target cuda` on cpu)."""
+    """A `TVMModuleError` if code for `target` cannot run on `device` (`--target cuda` on cpu),
+    or, for a module run here (no `--rpc`), cannot run in this process: code for another
+    operating system, or for a CPU with instruction sets this one lacks. Checked when the
+    module is made, so that a cell with such a target is refused before anything runs."""
     runs_on = tvm.runtime.device(target.get_target_device_type(), 0)
     if runs_on.dlpack_device_type() != device.dlpack_device_type():
         raise TVMModuleError(
             f"target `{options.target}` runs on {runs_on.type} devices, not on "
             f"`{options.device}`; choose a {runs_on.type} device"
+        )
+    why = None if options.rpc else why_not_here(target)
+    if why:
+        raise TVMModuleError(
+            f"target `{options.target}` cannot run on this machine: {why}. Run it on a "
+            "machine that can with --rpc HOST:PORT, or target this one (`llvm`, or an older "
+            'CPU: `{"kind": "llvm", "mcpu": "x86-64-v2"}`)'
         )

@@ -139,12 +139,12 @@ def compiles_during(live: LiveModule, record: CallRecord) -> list[CompileRecord]
     """
     if record.compiled:
         return list(record.compiled)
-    start = record.when - record.seconds - record.compile_seconds
+    start = record.end - record.seconds - record.compile_seconds
     during = []
     for compile_ in reversed(live.stats.compiles):
-        if compile_.when < start:
+        if compile_.end < start:
             break
-        if compile_.when <= record.when:
+        if compile_.end <= record.end:
             during.append(compile_)
     return during[::-1]
 

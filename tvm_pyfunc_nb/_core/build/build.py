@@ -36,13 +36,13 @@ from ...errors import (
     CompileError,
     ScheduleWarning,
     last_reason,
-    reason_sentence,
 )
 from ..options import ModuleOptions
+from ..run.interrupts import giving_sigint_back
 from .builder import HERE, Builder, Recipe
 from .cpu_schedules import schedule_kernels
 from .disk_cache import code_target
-from .failed_bindings import kernel_binding, unlowered_binding
+from .failed_bindings import kernel_binding, lowering_failure
 from .kernel_builds import Compiling, KernelBuilds, binds_threads
 from .kernel_schedules import KernelSchedules
 from .kernel_sites import KernelSites, Recording, describe_kernel
@@ -94,7 +94,7 @@ class Build:
         self.stats = stats
         self.checked = checked = options.checked
         self.builder = builder
-        self.compiling = compiling
+        self.compiling = compiling = giving_sigint_back(compiling)
         # where a binding came from in the user's code (`site_of(function, binding)`), for what
         # a compile says about a kernel: a model's module and source line
         self.site_of = site_of
@@ -265,10 +265,7 @@ def lower_and_link(
         raise
     except Exception as err:
         build.record("vm", names, start)
-        found = unlowered_binding(mod, err, build.target, build.site_of)
-        if found is None:
-            raise CompileError(f"Relax lowering failed: {reason_sentence(err)}") from err
-        raise CompileError(f"{found[1]} ({reason_sentence(err)})", function=found[0]) from err
+        raise lowering_failure(mod, err, build.target, build.site_of) from err
     build_start = time.perf_counter()
     _refuse_unbound_pipeline_kernels(build, mod, names, called)
     built = _libraries(build, mod, called, use_cache, recorded.sites())

@@ -190,7 +190,7 @@ def placed(err: CompileError, entry: FunctionEntry, detail: str | None = None) -
     where what the failure names stands, else the function's first line."""
     line = None
     if entry.line:
-        line = string_line(entry.source, err.about) or entry.line
+        line = err.line or string_line(entry.source, err.about) or entry.line
         if line == entry.line and entry.kind == PRIMFUNC:
             line = tir_call_line(entry.func, err.about) or line
     error = CompileError(detail or err.detail, function=entry.name, line=line, about=err.about)

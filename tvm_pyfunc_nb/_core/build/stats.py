@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 
 from ..tables import text_table
 
+# time.time() - time.perf_counter(), read once: records keep perf_counter readings, so that a
+# call and the compiles it triggered are placed on one clock (the wall clock is adjusted as the
+# process runs, and would drift apart from perf_counter by more than a short call lasts)
+CLOCK_OFFSET = time.time() - time.perf_counter()
+
 
 @dataclass(frozen=True)
 class CompileRecord:
@@ -17,7 +22,12 @@ class CompileRecord:
     functions: tuple[str, ...]
     target: str
     seconds: float
-    when: float
+    end: float  # perf_counter() when it ended
+
+    @property
+    def when(self) -> float:
+        """The wall-clock time (`time.time()`) at which it ended."""
+        return self.end + CLOCK_OFFSET
 
     def __str__(self) -> str:
         return f"{self.kind} {', '.join(self.functions)} ({self.seconds * 1000:.1f} ms)"
@@ -91,6 +101,6 @@ class CompileStats:
 
     def record(self, kind: str, names, target: str, start: float) -> None:
         """One TVM compile of `names`, begun at `start` (`time.perf_counter()`), ended now."""
-        seconds = time.perf_counter() - start
-        self.seconds += seconds
-        self.compiles.append(CompileRecord(kind, tuple(names), target, seconds, time.time()))
+        end = time.perf_counter()
+        self.seconds += end - start
+        self.compiles.append(CompileRecord(kind, tuple(names), target, end - start, end))

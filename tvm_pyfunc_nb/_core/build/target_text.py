@@ -109,3 +109,57 @@ def check_cpu(config: str | dict[str, Any]) -> None:
     close = difflib.get_close_matches(cpu, [str(c) for c in known], n=1)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise ValueError(f"LLVM knows no CPU `{cpu}` for {triple.split('-')[0]}{hint}")
+
+
+# LLVM's features that tune code for a CPU rather than give it instructions: a CPU without them
+# runs the code all the same
+_TUNING = (
+    *("fast-", "faster-", "slow-", "false-deps-", "no-bypass-delay", "tuning-", "prefer-"),
+    *("use-", "idivl-", "idivq-", "lea-", "pad-short-", "allow-light-", "sbb-dep-", "branch"),
+    *("macrofusion", "vzeroupper", "ermsb", "fsrm", "64bit-mode"),
+)
+# The operating systems a target triple may name (`x86_64-pc-windows-msvc`): code for another
+# one than this process's cannot be loaded here (LLVM's JIT crashes on it)
+_SYSTEMS = ("linux", "windows", "win32", "mingw", "cygwin", "darwin", "macos", "ios")
+_SYSTEMS += ("freebsd", "netbsd", "openbsd", "none", "wasi", "emscripten", "cuda", "amdhsa")
+
+
+def why_not_here(target: tvm.target.Target) -> str | None:
+    """Why code for LLVM `target` cannot run in this process, for a target of this machine's
+    architecture (another one's is refused when its code is built, kernel_builds.py): it is
+    for another operating system, or for a CPU with instruction sets this one lacks (the
+    process would stop with SIGILL). None if it can run here."""
+    from tvm.target.codegen import (
+        llvm_get_cpu_features,
+        llvm_get_system_cpu,
+        llvm_get_system_triple,
+    )
+
+    if target.kind.name != "llvm":
+        return None
+    here = str(llvm_get_system_triple())
+    triple = str(target.attrs.get("mtriple", "") or "") or here
+    if triple.split("-")[0] != here.split("-")[0]:
+        return None
+    system, ours = _system(triple), _system(here)
+    if system and system != ours:
+        return f"it makes code for {system}, which this {ours or here} process cannot load"
+    cpu = str(llvm_get_system_cpu())
+    host = tvm.target.Target({"kind": "llvm", "mcpu": cpu})
+    wanted = set(llvm_get_cpu_features(target)) - set(llvm_get_cpu_features(host))
+    missing = sorted(f for f in wanted if not f.startswith(_TUNING))
+    if missing:
+        return (
+            f"it makes code for a CPU with {', '.join(missing)}, which this machine's CPU "
+            f"({cpu}) lacks: running it would stop the process with SIGILL"
+        )
+    return None
+
+
+def _system(triple: str) -> str:
+    """The operating system `triple` names (`linux`, `windows`...), or "" if none is known."""
+    for part in triple.lower().split("-")[1:]:
+        for system in _SYSTEMS:
+            if part.startswith(system):
+                return system
+    return ""

@@ -9,8 +9,11 @@ The file holds what an upstream report needs and nothing of this package:
 - the rest of the build: the needed Relax passes after it (the optional ones
   stay off, as in the build that showed the fault), then `tvm.compile`.
 `python repro.py` builds and runs the function from that IR without the pass
-and with it, prints both results' largest errors and exits with status 1
-while they differ (a pass that crashes crashes it).
+and with it (in a child process, when the fault is a crash), prints both
+results' largest errors, and exits with status 1 while the fault shows, 0
+when it does not, and 2 (saying why) when the file itself cannot run: a
+missing package, IR that no longer parses, a build without the pass that
+fails. Every output form is compared: a tensor, a tuple, nested.
 
 Reduced: the module holds only the function and what it calls. A fault in a
 TIR pass of the kernels' build has no such file yet (its IR comes mid-way
@@ -31,25 +34,47 @@ from ..._version import __version__
 from ...errors import CallError
 from ..build.worker.pass_log import PIPELINE
 from ..live.editing import ConstantTable, module_text
+from ..user_files import write_whole
 
 _TEMPLATE = '''"""{title}
 
 Found by tvm_pyfunc_nb {version}'s bisect; needs only apache-tvm {tvm_version} and numpy.
 `python {{this file}}` builds `{function}` from the IR right before {pass_name}, without the
-pass and with it, runs both on the same inputs and compares them: exit status 1 while
-they differ.
+pass and with it, runs both on the same inputs and compares them. Exit status: 1 while the
+fault shows ({fault}), 0 when it does not, 2 when this file itself cannot run (it says why).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import sys
-import types
 
-import numpy as np
-import tvm
-from tvm import relax
+FAULT, NO_FAULT, REPRO_FAILED = 1, 0, 2
+CRASHES = {crashes!r}  # the fault is a crash of the build with the pass
+
+
+def _repro_failed(kind, value, traceback_):
+    """Whatever goes wrong before the fault is shown or not: status 2, never the fault's 1."""
+    import os
+    import traceback
+
+    traceback.print_exception(kind, value, traceback_)
+    print(f"REPRO FAILED: this file could not run ({{kind.__name__}}), so it says nothing "
+          "about the fault", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(REPRO_FAILED)
+
+
+sys.excepthook = _repro_failed
+
+import base64  # noqa: E402 (after the hook: a missing package is the repro's failure too)
+import io  # noqa: E402
+import subprocess  # noqa: E402
+import types  # noqa: E402
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+from tvm import relax  # noqa: E402
 
 
 def _load(text):
@@ -78,29 +103,79 @@ RTOL, ATOL = {rtol!r}, {atol!r}
 FINISH = tvm.transform.Sequential([{finish}])
 
 
+def _flat(out):
+    """Every array of an output: a tensor, a tuple of them, nested, a shape or a number."""
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    if isinstance(out, (bool, int, float)):
+        return [np.asarray(out)]
+    return [array for item in out for array in _flat(item)]
+
+
 def run(mod):
     executable = tvm.compile(mod, target=TARGET, relax_pipeline=FINISH)
     vm = relax.VirtualMachine(executable, tvm.cpu())
-    out = vm[{function!r}](*[tvm.runtime.tensor(INPUTS[f"a{{i}}"]) for i in range(len(INPUTS))])
-    return [o.numpy() for o in out] if isinstance(out, (list, tuple)) else [out.numpy()]
+    args = [tvm.runtime.tensor(INPUTS[f"a{{i}}"]) for i in range(len(INPUTS))]
+    return _flat(vm[{function!r}](*args))
+
+
+def with_pass():
+    with TARGET:
+        after = PASS({module})
+    return run(after)
+
+
+def same(without, with_it):
+    """Whether the outputs agree, printing each one's largest errors."""
+    agree = len(without) == len(with_it)
+    if not agree:
+        print(f"{{len(without)}} outputs without the pass, {{len(with_it)}} with it")
+    for i, (a, b) in enumerate(zip(without, with_it)):
+        if a.shape != b.shape:
+            print(f"output {{i}}: shape {{list(a.shape)}} without the pass, {{list(b.shape)}} "
+                  "with it MISMATCH")
+            agree = False
+            continue
+        close = bool(np.allclose(b, a, rtol=RTOL, atol=ATOL, equal_nan=True))
+        agree = agree and close
+        if a.size:
+            gap = np.abs(a.astype("float64") - b.astype("float64"))
+            rel = gap / np.maximum(np.abs(b.astype("float64")), ATOL)
+            worst = "> 1" if rel.max() > 1 else f"{{rel.max():.2g}}"  # over the smallest values
+            print(f"output {{i}}: max abs error {{gap.max():.3g}}, max rel error {{worst}}"
+                  f"{{'' if close else ' MISMATCH'}}")
+    return agree
+
+
+def crash_with_pass():
+    """How the build with the pass ended, run in a child process (a crash ends it, not this
+    one), if it crashed; None if it did not."""
+    done = subprocess.run([sys.executable, __file__, "--with-pass"], capture_output=True,
+                          text=True)
+    if done.returncode < 0:
+        return f"killed by signal {{-done.returncode}}"
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise RuntimeError(f"the build with the pass failed (status {{done.returncode}})")
+    return None
+
+
+def main():
+    without = run({module})
+    if CRASHES:
+        crash = crash_with_pass()
+        print("{pass_name} " + (f"CRASHES the build: {{crash}}" if crash else "builds"))
+        return FAULT if crash else NO_FAULT
+    agree = same(without, with_pass())
+    print("{pass_name} " + ("keeps the numbers" if agree else "CHANGES the numbers"))
+    return NO_FAULT if agree else FAULT
 
 
 if __name__ == "__main__":
-    without = run({module})
-    with TARGET:
-        after = PASS({module})
-    with_pass = run(after)
-    same = len(without) == len(with_pass)
-    for i, (a, b) in enumerate(zip(without, with_pass)):
-        gap = np.abs(a.astype("float64") - b.astype("float64"))
-        rel = gap / np.maximum(np.abs(b.astype("float64")), ATOL)
-        close = a.shape == b.shape and np.allclose(b, a, rtol=RTOL, atol=ATOL)
-        same = same and close
-        worst = "> 1" if rel.max() > 1 else f"{{rel.max():.2g}}"  # over the smallest values
-        print(f"output {{i}}: max abs error {{gap.max():.3g}}, max rel error {{worst}}"
-              f"{{'' if close else ' MISMATCH'}}")
-    print("{pass_name} " + ("keeps the numbers" if same else "CHANGES the numbers"))
-    sys.exit(0 if same else 1)
+    if sys.argv[1:] == ["--with-pass"]:
+        with_pass()
+        sys.exit(NO_FAULT)
+    sys.exit(main())
 '''
 
 _OWN_PASS = """# {pass_name} is not TVM's (the notebook's own): written as the IR it returned
@@ -120,9 +195,7 @@ class Repro:
     def write(self, path: str) -> str:
         if self.missing:
             raise CallError(f"bisect cannot write a repro: {self.missing}")
-        with open(path, "w") as out:
-            out.write(self.text)
-        return path
+        return write_whole(path, self.text, "the repro")
 
 
 def repro_of(search, result, before: str, after: str) -> Repro:
@@ -153,6 +226,7 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         )
     else:
         pass_text = f"PASS = {own}"
+    crashes = result.outcome == "crashed"
     finish = [
         f"relax.transform.{run.name}()"
         for run in search.runs
@@ -160,10 +234,11 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         and run.name in set(result.needed)
     ]  # fmt: skip
     text = _TEMPLATE.format(
-        title=f"{culprit.name} {'crashes' if result.outcome == 'crashed' else 'changes'} "
-        f"the numbers of `{search.fn}`"
-        if result.outcome != "crashed"
-        else f"{culprit.name} crashes the build of `{search.fn}`",
+        title=f"{culprit.name} crashes the build of `{search.fn}`"
+        if crashes
+        else f"{culprit.name} changes the numbers of `{search.fn}`",
+        crashes=crashes,
+        fault="the build crashes" if crashes else "the numbers differ",
         version=__version__,
         tvm_version=tvm.__version__,
         function=search.fn,

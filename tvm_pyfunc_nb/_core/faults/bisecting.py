@@ -63,6 +63,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -71,15 +72,17 @@ import tvm
 import tvm_ffi
 
 from ...errors import CallError, WorkerCrash, reason_sentence
-from ..build.worker.pass_log import PassKey, PassRun
+from ..build.worker.pass_log import CODEGEN, PassKey, PassRun
 from ..build.worker.process import Crash
+from ..feature_checks import check_comparison
 from ..inspect.comparing import Difference, error_cells, output_differences
-from ..live.cells import PYFUNC, RELAX
+from ..live.cells import PRIMFUNC, PYFUNC, RELAX
 from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 from .isolation import in_worker
+from .primfunc_runs import BuildKernelAndRun
 
 # Passes that translate from one level to the next (see the module's docstring): always on.
 NEEDED = frozenset(
@@ -261,6 +264,8 @@ class _Search:
 
     def __init__(self, parts: ModuleParts, fn: str, mod, inputs, expected, rtol, atol):
         self.parts, self.fn, self.mod, self.inputs = parts, fn, mod, inputs
+        # a PrimFunc is built alone and called on the arguments (its outputs: what it writes)
+        self.kernel = isinstance(mod[fn], tvm.tirx.PrimFunc)
         self.expected, self.rtol, self.atol = expected, rtol, atol
         self.builder = in_worker(parts.build.builder, parts.name)
         self.runs: tuple[PassRun, ...] = ()
@@ -269,8 +274,11 @@ class _Search:
         self.probes: dict[int, _Probe] = {}
 
     def build(self, skip=frozenset(), snapshots=frozenset(), heard=None) -> _Probe:
+        run = self.builder.build_and_run
+        if self.kernel:  # built alone, and called on the arguments
+            run = partial(run, job_type=BuildKernelAndRun)
         try:
-            report = self.builder.build_and_run(
+            report = run(
                 self.parts.options, self.mod, self.fn, self.inputs,
                 skip=skip, snapshots=snapshots, on_stage=heard,
             )  # fmt: skip
@@ -334,7 +342,10 @@ def _list_passes(search: _Search) -> _Probe:
     for _ in range(3):
         if listing.outcome != CRASHED:
             break
-        listing = _heard_build(search, heard, _crash_skips(heard, listing.crash.stage))
+        skip = _crash_skips(heard, listing.crash.stage)
+        listing = _heard_build(search, heard, skip)
+        if listing.outcome == CRASHED and " pass " not in listing.crash.stage:
+            return listing  # outside any pass, with the optional ones off: no runs listed
     if listing.outcome in (CRASHED, NO_BUILD):
         raise CallError(
             f"bisect: `{search.fn}` does not build with TVM's passes on, so its passes could not "
@@ -375,10 +386,14 @@ def bisect(
     """The first optional pass of `fn`'s build whose build differs from `reference` or
     crashes (see the module's docstring)."""
     started = time.perf_counter()
+    check_comparison("bisect", fn, reference, args, rtol, atol, values=True)
     mod, inputs = _checked(parts, fn, args)
     expected, described = _reference(parts, fn, args, reference)
     search = _Search(parts, fn, mod, inputs, expected, rtol, atol)
     full = _list_passes(search)
+    if not search.runs:  # it crashes outside any pass, every optional pass it reached off
+        search.tried.append(Tried(0, "", CRASHED, _detail(full)))
+        return _crashes_anyway(parts, search, described, full, [], started)
     search.passes = [p for p in units(search.runs) if p.name not in NEEDED]
     n = len(search.passes)
     progress = parts.progress(f"bisect {fn}", n, "passes on")
@@ -388,11 +403,7 @@ def bisect(
         needed = _bottom(search, step)
         bottom = search.probes[0]
         if bottom.outcome == CRASHED:
-            raise CallError(
-                f"bisect: `{fn}`'s build crashes already with every optional pass off, so no "
-                f"optional pass is at fault: {bottom.crash}",
-                function=fn,
-            )
+            return _crashes_anyway(parts, search, described, bottom, needed, started)
         if expected is None:  # the build with every optional pass off is the reference
             search.expected = [torch.from_numpy(a) for a in bottom.outputs]
             full = search.judge(full)
@@ -417,10 +428,32 @@ def bisect(
     return result
 
 
+def _crashes_anyway(
+    parts: ModuleParts, search: _Search, described: str, probe: _Probe, needed, started: float
+) -> Bisection:
+    """The result when the build crashes also with every optional pass off: no pass is at
+    fault, and it says where the build crashes (LLVM's code generation, a needed pass)."""
+    crash = probe.crash
+    where = "in LLVM's code generation" if crash.stage == CODEGEN else f"in {crash.stage}"
+    result = Bisection(parts.name, search.fn, described, search.passes, needed, search.tried, None)
+    result.outcome, result.crash = CRASHED, crash
+    result.summary = (
+        f"{search.fn}'s build crashes {where} also with every optional pass off, so no "
+        f"optional pass is at fault: the worker {crash.cause}"
+    )
+    result.seconds = time.perf_counter() - started
+    return result
+
+
 def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, list[np.ndarray]]:
     """`fn`'s closure as a module of its own, and `args` as arrays: a `CallError` for what the
     worker cannot build or run."""
-    entry = parts.entry(fn, kind=RELAX, needed_by="bisect")
+    entry = parts.entry(fn)
+    if entry.kind not in (RELAX, PRIMFUNC):
+        raise CallError(
+            f"bisect needs a Relax function or a PrimFunc, but `{fn}` is a {entry.kind}",
+            function=fn,
+        )
     if parts.options.rpc:
         raise CallError("bisect builds and runs here; a --rpc module cannot", function=fn)
     params = entry.func.params
@@ -430,7 +463,10 @@ def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, li
             f"({', '.join(p.name for p in params)}), {len(args)} given",
             function=fn,
         )
+    inputs = [_array(fn, i, arg) for i, arg in enumerate(args)]
     state = parts.state
+    if entry.kind == PRIMFUNC:
+        return tvm.IRModule({fn: entry.func}), inputs
     closure = relax_closure([fn], state.ir_mod)
     calls_python = [
         n
@@ -444,18 +480,21 @@ def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, li
             "cannot run",
             function=fn,
         )
-    inputs = []
-    for i, arg in enumerate(args):
-        value = to_torch(arg)
-        if not isinstance(value, torch.Tensor):
-            raise CallError(f"bisect: argument {i} of `{fn}` is not a tensor", function=fn)
-        inputs.append(value.detach().cpu().numpy())
     return sub_module(state.ir_mod, closure), inputs
+
+
+def _array(fn: str, i: int, arg) -> np.ndarray:
+    value = to_torch(arg)
+    if not isinstance(value, torch.Tensor):
+        raise CallError(f"bisect: argument {i} of `{fn}` is not a tensor", function=fn)
+    return value.detach().cpu().numpy()
 
 
 def _reference(parts: ModuleParts, fn: str, args: tuple, reference) -> tuple[Any, str]:
     """What the builds are compared with (None: the build with every optional pass off), and
-    how the result says it."""
+    how the result says it. For a PrimFunc, the values of all its arguments after the call: a
+    callable reference is called on copies of them and writes its outputs into them, as the
+    PrimFunc does."""
     if reference is None:
         origin = parts.torch_origins.get(fn)
         if origin is None:
@@ -466,8 +505,13 @@ def _reference(parts: ModuleParts, fn: str, args: tuple, reference) -> tuple[Any
         described = f"{getattr(reference, '__name__', type(reference).__name__)}(*args)"
     else:
         return [to_torch(r) for r in _flat(reference)], "the expected outputs given"
+    if isinstance(parts.entry(fn).func, tvm.tirx.PrimFunc):  # it writes into the arguments
+        written = [to_torch(a).clone() for a in args]
+        with torch.no_grad():
+            reference(*written)
+        return written, described
     with torch.no_grad():
-        return reference(*args), described
+        return reference(*own_copies(args)), described
 
 
 def _flat(value) -> list:

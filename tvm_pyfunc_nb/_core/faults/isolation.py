@@ -156,10 +156,12 @@ class WorkerBuilder(Builder):
         snapshots: frozenset[PassKey] = frozenset(),
         timeout: float | None = DEFAULT_TIMEOUT,
         on_stage=None,
+        job_type: type[BuildAndRun] = BuildAndRun,
     ) -> RunReport:
         """Build `function` of `mod` with the passes in `skip` off and run it on `inputs`
-        (`bisect`): a crash raises `WorkerCrash`, which bisect counts as the fault."""
-        job = BuildAndRun(
+        (`bisect`; `job_type` says how, for a PrimFunc): a crash raises `WorkerCrash`, which
+        bisect counts as the fault."""
+        job = job_type(
             options,
             CallerContext.current(WHERE),
             tvm.ir.save_json(mod),

@@ -137,7 +137,7 @@ def _difference_mark(diff: Difference | None, first: bool) -> Mark:
     if diff is None:
         return Mark(NOT_COMPARED, "no reference value")
     if diff.passed:  # `exact`: an integer's (a float's error of 0 is within its rounding)
-        exact = "exact" if diff.max_abs == 0 else "pass · error from its inputs"
+        exact = "exact" if diff.max_abs == 0 else "pass · within rtol, atol"
         return Mark(PASS, WITHIN_ROUNDING if diff.within_rounding else exact, first=first)
     note = f" ({diff.note})" if diff.note else ""
     return Mark(FAIL, f"FAIL {short_number(diff.max_abs)}{note}", first=first)

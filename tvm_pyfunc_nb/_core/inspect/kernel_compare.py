@@ -1,23 +1,26 @@
 """`NAME.compare("fn", reference, *args, by="kernel")`: the compiled, fused module kernel by kernel.
 
 A fault that appears only after fusion, a schedule or a tuned kernel is
-invisible op by op: the op-by-op compare runs a traced copy of the function,
-which the pipeline fuses less. Here the module's own compiled function runs
-once on a VM of its own under the instrument hook (as `profile` does), and
-what each launch wrote (a kernel's or a PyTorch call's output argument, a
-pyfunc's result) is set against the reference value of the binding it
-computes (`Linked.sites`: the bindings fused into each call site, the last
-of them its output):
+invisible op by op: the op-by-op compare runs a copy of the function, which
+the pipeline fuses less. Here the module's own compiled function runs once
+on a VM of its own under the instrument hook (as `profile` does), and each
+launch (a kernel, a PyTorch call, a pyfunc) runs on the reference's values
+of what it reads: before it runs, each input that holds the value of a
+binding with a reference value (the output of an earlier launch, or a view
+of one) is given that value. What it then writes is set against the
+reference value of the binding it computes (`Linked.sites`: the bindings
+fused into each call site, the last of them its output):
 
 - for a function from `add_torch(reference)`, the value of that binding's FX
   node in the PyTorch model;
 - otherwise the value of that binding in a build with every optional pass
   off: the `default` pipeline (no fusion), no schedules, no offload.
 
-An error counts as a divergence as `compare` judges a binding: more than the
-rounding of the ops fused in (the largest reduction among them) and the error
-its inputs already carried explain. A divergence that is a NaN says where the
-first non-finite value comes from, as `trace(stop_at="nonfinite")` does.
+So a kernel's check is about the error it adds, as an op's is in `compare`
+(comparing.py): more than the rounding of the ops fused into it (the largest
+reduction among them) is a divergence. The outputs are those of a plain call
+of the function. A divergence that is a NaN says where the first non-finite
+value comes from, as `trace(stop_at="nonfinite")` does.
 """
 
 from __future__ import annotations
@@ -34,23 +37,24 @@ from ...errors import CallError
 from ..build.kernel_sites import MAX_PLACES
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
+from ..feature_checks import check_comparison
 from ..live.cells import RELAX
 from ..models.source_sites import where_of
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch, to_tvm_tensor
+from ..run.tensors import own_copies, to_torch, to_tvm_tensor
 from ..tables import text_table
 from . import comparing
 from .comparing import (
     Comparison,
     Difference,
+    compared_outputs,
     difference,
     error_cells,
     judged,
-    output_differences,
     short_number,
     values_summed,
 )
-from .tracing import NonFinite, inputs_of, nonfinite_count, span, trace
+from .tracing import NonFinite, nonfinite_count, span, trace
 
 CALL_PY_FUNC = "vm.builtin.call_py_func"
 PLAIN = "the build with every optional pass off"
@@ -136,70 +140,127 @@ class _Launch:
 
 def _launch(callee: str, output, inputs) -> _Launch:
     out = output.clone() if isinstance(output, torch.Tensor) else None
-    floats = [to_torch(t) for t in inputs if isinstance(t, tvm.runtime.Tensor)]
-    floats = [t for t in floats if t.dtype.is_floating_point]
+    floats = [t for t in inputs if t.dtype.is_floating_point]
     made = out is not None and out.dtype.is_floating_point and not bool(out.isfinite().all())
     if made and all(bool(t.isfinite().all()) for t in floats):
         return _Launch(callee, out, tuple(span(t) for t in floats))
     return _Launch(callee, out)
 
 
-class _Outputs:
-    """The instrument: what each launch wrote, in order."""
+class _OnReference:
+    """The instrument: each launch run on the reference's values of what it reads, and what it
+    wrote, in order.
 
-    def __init__(self, kernels, skip: set[str]):
-        self.kernels, self.skip = kernels, skip
+    Which binding's value a tensor holds is known by its memory: the output of a launch holds
+    the value of the binding it computes (a view, `vm.builtin.reshape`, shares that memory).
+    An address stays that binding's only while what is there is its reference value: a launch
+    that writes there (another output of a kernel with several) ends it."""
+
+    def __init__(self, linked, fn: str, func: relax.Function, values: dict[str, torch.Tensor]):
+        self.kernels, self.skip = linked.kernels, set(relax_names(linked.lowered))
+        self.sites, self.values = linked.sites.of(fn), values
+        self.calls = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
+        self.held: dict[int, str | None] = {}  # address -> the binding whose value is there
+        self.seen: dict[str, int] = defaultdict(int)
         self.launches: list[_Launch] = []
+        self.bindings: list[tuple[str, ...]] = []  # of each launch
+        self.targets: list[str | None] = []  # the binding each launch's output is compared with
 
     def __call__(self, func, symbol, before, ret, *args):
         symbol = str(symbol)
-        if before or symbol in self.skip:
+        if symbol in self.skip:
             return 0
         if symbol in self.kernels or symbol.startswith(PREFIX):  # the output is the last
-            tensors = [a for a in args if isinstance(a, tvm.runtime.Tensor)]
-            out = to_torch(tensors[-1]) if tensors else None
-            self.launches.append(_launch(symbol, out, tensors[:-1]))
+            tensors = [to_torch(a) for a in args if isinstance(a, tvm.runtime.Tensor)]
+            inputs, out = tensors[:-1], tensors[-1] if tensors else None
         elif symbol == CALL_PY_FUNC:  # (registered name, its arguments) -> its result
-            self.launches.append(_launch(str(args[0][0]), to_torch(ret), list(args[0][1])))
+            symbol = str(args[0][0])
+            inputs = [to_torch(a) for a in args[0][1] if isinstance(a, tvm.runtime.Tensor)]
+            out = to_torch(ret) if isinstance(ret, tvm.runtime.Tensor) else None
+        else:
+            return 0
+        if before:
+            for tensor in inputs:
+                self._feed(tensor)
+        else:
+            self._wrote(symbol, inputs, out)
         return 0
+
+    def _feed(self, tensor: torch.Tensor) -> None:
+        value = self.values.get(self.held.get(tensor.data_ptr()))
+        if value is not None and value.numel() == tensor.numel() and value.dtype == tensor.dtype:
+            tensor.copy_(value.reshape(tensor.shape))
+
+    def _wrote(self, callee: str, inputs: list[torch.Tensor], out) -> None:
+        for tensor in inputs:  # still the value fed? (a kernel's other outputs are not)
+            value = self.values.get(self.held.get(tensor.data_ptr()))
+            if value is not None and not _holds(tensor, value):
+                self.held[tensor.data_ptr()] = None
+        k = self.seen[callee]
+        self.seen[callee] += 1
+        call_sites = self.sites.get(callee, [])
+        bindings = tuple(call_sites[k]) if k < len(call_sites) else ()
+        target = _target(bindings, out, self.values, self.calls)
+        if out is not None:
+            self.held[out.data_ptr()] = target
+        self.launches.append(_launch(callee, out, inputs))
+        self.bindings.append(bindings)
+        self.targets.append(target)
+
+
+def _holds(tensor: torch.Tensor, value: torch.Tensor) -> bool:
+    return value.numel() == tensor.numel() and torch.equal(tensor, value.reshape(tensor.shape))
+
+
+def _target(bindings: tuple[str, ...], out, values: dict, calls: dict) -> str | None:
+    """The binding a launch's output is the value of: the last of its bindings with a reference
+    value of the output's shape that does not only name another of them (`gv = lv6`)."""
+    if out is None:
+        return None
+    return next(
+        (
+            b
+            for b in reversed(bindings)
+            if b in values
+            and tuple(values[b].shape) == tuple(out.shape)
+            and not _alias_within(calls.get(b), bindings)
+        ),
+        None,
+    )
+
+
+def _alias_within(value, bindings: tuple[str, ...]) -> bool:
+    """Whether a binding only names another of the same launch (`gv = lv6`): the other is
+    what the launch computes."""
+    return isinstance(value, relax.Var) and value.name in bindings
 
 
 def compare_kernels(
     parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float
 ) -> KernelComparison:
-    """Run the compiled `fn` once, each launch's output against its binding's reference."""
+    """Run the compiled `fn` once, each launch on its inputs' reference values, its output
+    against its binding's reference."""
     entry = parts.entry(fn, kind=RELAX, needed_by='compare(by="kernel")')
-    parts.function(fn)(*args)  # compiles if needed, and checks the arguments
+    outputs = compared_outputs(parts, fn, reference, args, rtol, atol)  # compiles if needed
     linked = parts.compiler.linked_for(parts.state, fn)
-    with torch.no_grad():
-        expected_output = reference(*args)
-    hook = _Outputs(linked.kernels, set(relax_names(linked.lowered)))
-    vm = linked.instrumented_vm(parts.device, hook)
-    output = to_torch(vm[fn](*to_tvm_tensor(list(args))))
-    names, outputs = output_differences(output, expected_output, rtol, atol)
     origin = parts.torch_origins.get(fn)
-    from_torch = origin is not None and origin.model is reference
+    from_torch = origin is not None and origin.is_from(reference)
     values = (
-        _fx_values(origin, args)
+        origin.binding_values(own_copies(args))
         if from_torch
-        else dict(trace(parts, fn, args, build=parts.build.reference()))
+        else dict(trace(parts, fn, own_copies(args), build=parts.build.reference()))
     )
     _through_aliases(entry.func, values)
+    hook = _OnReference(linked, fn, entry.func, values)
+    vm = linked.instrumented_vm(parts.device, hook)
+    vm[fn](*to_tvm_tensor(list(own_copies(args))))
     site_of = origin.site if origin is not None else (lambda binding: None)
-    pyfuncs = parts.compiler.bridge.names
-    checks = _checks(
-        entry.func, linked.sites.of(fn), hook.launches, values, args, (rtol, atol), pyfuncs
-    )
+    checks = _checks(entry.func, hook, values, args, (rtol, atol), parts.compiler.bridge.names)
     checks = [
         dataclasses.replace(c, where=where_of(site_of(b) for b in c.bindings)) for c in checks
     ]
     result = KernelComparison(
-        parts.name,
-        fn,
-        rtol,
-        atol,
-        outputs,
-        output_names=names,
+        **{f.name: getattr(outputs, f.name) for f in dataclasses.fields(Comparison)},
         checks=checks,
         reference_of_bindings="PyTorch" if from_torch else PLAIN,
     )
@@ -244,83 +305,24 @@ def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> N
                 values.setdefault(binding.var.name, values[value.name])
 
 
-def _fx_values(origin, args) -> dict[str, torch.Tensor]:
-    """Each binding's value in the PyTorch model, where it has one of its own."""
-    values, _ = origin.fx_values(args)
-    found = {}
-    for binding, node in origin.bindings.items():
-        if node.exact:
-            for name in (node.node, *node.aliases):
-                if isinstance(values.get(name), torch.Tensor):
-                    found[binding] = values[name]
-                    break
-    return found
-
-
-def _checks(func, sites, launches, values, args, tolerance, pyfuncs) -> list[KernelCheck]:
-    """Each launch against the reference of its output binding: the last of its call site's
-    bindings with a reference value of the output's shape."""
+def _checks(func, hook: _OnReference, values, args, tolerance, pyfuncs) -> list[KernelCheck]:
+    """Each launch's output against the reference value of the binding it computes, within
+    the rounding of the largest reduction fused into it."""
     calls = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
     shapes = {p.name: tuple(a.shape) for p, a in zip(func.params, args, strict=False)}
     shapes.update({name: tuple(v.shape) for name, v in values.items()})
-    error: dict[str, float] = {}  # binding -> its error in proportion to its values' size
-    seen: dict[str, int] = defaultdict(int)
     checks = []
-    for launch in launches:
-        k = seen[launch.callee]
-        seen[launch.callee] += 1
-        site_list = sites.get(launch.callee, [])
-        bindings = tuple(site_list[k]) if k < len(site_list) else ()
+    for launch, bindings, target in zip(hook.launches, hook.bindings, hook.targets, strict=True):
         name = pyfuncs.get(launch.callee, launch.callee.removeprefix(PREFIX))
-        out = launch.output
-        target = next(
-            (
-                b
-                for b in reversed(bindings)
-                if b in values
-                and out is not None
-                and tuple(values[b].shape) == tuple(out.shape)
-                and not _alias_within(calls.get(b), bindings)
-            ),
-            None,
-        )
-        inherited = _inherited(bindings, calls, error)
         diff = None
         if target is not None:
             reduction = max(
                 (values_summed(calls.get(b), shapes, shapes.get(b, ())) for b in bindings),
                 default=1,
             )
-            diff = difference(
-                out, values[target], *tolerance, reduction=reduction, inherited=inherited
-            )
-        for b in bindings:
-            error[b] = max(inherited, diff.relative_to_scale if diff else 0.0)
+            diff = difference(launch.output, values[target], *tolerance, reduction=reduction)
         checks.append(KernelCheck(name, launch.callee, bindings, target, diff))
     return checks
-
-
-def _alias_within(value, bindings: tuple[str, ...]) -> bool:
-    """Whether a binding only names another of the same launch (`gv = lv6`): the other is
-    what the launch computes."""
-    return isinstance(value, relax.Var) and value.name in bindings
-
-
-def _inherited(bindings: tuple[str, ...], calls: dict, error: dict[str, float]) -> float:
-    """The largest error the inputs of a launch's bindings carry (through views and other
-    bindings no kernel computes, which pass on the error of what they read)."""
-    own, found, stack, seen = set(bindings), 0.0, list(bindings), set()
-    while stack:
-        name = stack.pop()
-        for source in inputs_of(calls.get(name)):
-            if source in seen or source in own:
-                continue
-            seen.add(source)
-            if source in error:
-                found = max(found, error[source])
-            elif source in calls:
-                stack.append(source)
-    return found
 
 
 BY = ("binding", "kernel")  # how `compare` goes through the function
@@ -330,6 +332,7 @@ def compare(
     parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float, by: str
 ) -> Comparison:
     """`compare(..., by=...)`: op by op (comparing.py) or kernel by kernel."""
+    check_comparison("compare", fn, reference, args, rtol, atol)
     if by not in BY:
         raise CallError(
             f"compare: by must be one of {', '.join(map(repr, BY))}, not {by!r}", function=fn

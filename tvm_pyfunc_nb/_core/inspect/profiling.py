@@ -44,12 +44,13 @@ from dataclasses import dataclass
 import tvm
 
 from ...errors import CallError
-from ..build.kernel_sites import site_cells
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
+from ..feature_checks import check_counts
 from ..live.cells import RELAX
+from ..models.source_sites import where_of
 from ..module_parts import ModuleParts
-from ..run.tensors import to_tvm_tensor
+from ..run.tensors import own_copies, to_tvm_tensor
 from ..tables import text_table
 from .timing import duration
 
@@ -57,7 +58,7 @@ KERNEL, TORCH_CALL, PYFUNC_CALL, VM = "kernel", "PyTorch call", "pyfunc", "VM"
 CALL_PY_FUNC = "vm.builtin.call_py_func"
 VM_ROW = "VM builtins and dispatch"
 SKIP_RUN = 1  # what the instrument returns for a call it ran itself (VMInstrumentReturnKind)
-MAX_OPS = 4  # PyTorch ops a row names before `+N`
+SHOWN = 6  # bindings, or PyTorch ops, a row's text names before it says how many it left out
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ class KernelTime:
     calls: int  # per run of the function
     total: float  # seconds per run of the function
     share: float  # of the rows' total, 0..1
-    bindings: str = ""  # the bindings of the function it computes (its first call site's)
-    ops: str = ""  # the PyTorch ops fused into it (a function from add_torch)
+    bindings: tuple[str, ...] = ()  # every binding of the function fused into it (all sites)
+    ops: tuple[str, ...] = ()  # the PyTorch ops fused into it, each once (from add_torch)
     where: str = ""  # where in the model's code they came from
 
     @property
@@ -121,7 +122,7 @@ class Profile:
         rows = []
         for r in self.rows:
             row = (r.kernel, r.kind, str(r.calls), duration(r.total), duration(r.mean))
-            row += (f"{100 * r.share:.1f}%", r.bindings, r.ops)
+            row += (f"{100 * r.share:.1f}%", listed(r.bindings), listed(r.ops))
             rows.append(row + ((r.where,) if self.sited() else ()))
         return rows
 
@@ -225,8 +226,7 @@ def _copy(value):
 def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) -> Profile:
     """Run Relax function `fn` on `args` under the VM's instrument hook and time each kernel,
     PyTorch call and pyfunc it launches; the VM's own work is the rest of `time()`."""
-    if number < 1 or repeat < 1:
-        raise CallError("profile: number and repeat must be at least 1", function=fn)
+    check_counts("profile", fn, number=number, repeat=repeat)
     entry = parts.entry(fn, kind=RELAX, needed_by="profile")
     if parts.options.rpc:
         raise CallError(
@@ -234,12 +234,13 @@ def profile(parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int) 
             "remote device: time it there with time()",
             function=fn,
         )
-    parts.function(fn)(*args)  # compiles if needed (not timed), and checks the arguments
+    # each run on copies of its own: a function that writes into its inputs leaves them be
+    parts.function(fn)(*own_copies(args))  # compiles if needed (not timed), checks the arguments
     linked = parts.compiler.linked_for(parts.state, fn)
-    whole = statistics.median(parts.runner.time(entry, args, number, repeat))
+    whole = statistics.median(parts.runner.time(entry, own_copies(args), number, repeat))
     hook = _Hook(linked.kernels, set(relax_names(linked.lowered)), parts.device, number, repeat)
     vm = linked.instrumented_vm(parts.device, hook)
-    function, tvm_args = vm[fn], to_tvm_tensor(list(args))
+    function, tvm_args = vm[fn], to_tvm_tensor(list(own_copies(args)))
     function(*tvm_args)  # kernels timed, the rest warmed up
     hook.end_run()
     for _ in range(repeat):
@@ -277,33 +278,37 @@ def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> l
         entry[2] += seconds
         entry[3].extend(sites.get(callee, []))
     measured = sum(e[2] for e in found.values())
-    rows = [
-        (row, kind, calls, seconds, *site_cells(call_sites, site_of), _ops(origin, call_sites))
-        for row, (kind, calls, seconds, call_sites) in found.items()
-    ]
-    rows.append((VM_ROW, VM, vm_calls, max(whole - measured, 0.0), "", "", ""))
+    rows = []
+    for row, (kind, calls, seconds, call_sites) in found.items():
+        bindings = tuple(dict.fromkeys(b for site in call_sites for b in site))
+        where = where_of(site_of(b) for b in bindings)
+        rows.append((row, kind, calls, seconds, bindings, _ops(origin, bindings), where))
+    rows.append((VM_ROW, VM, vm_calls, max(whole - measured, 0.0), (), (), ""))
     total = sum(r[3] for r in rows) or 1.0
     made = [
         KernelTime(name, kind, calls, seconds, seconds / total, bindings, ops, where)
-        for name, kind, calls, seconds, bindings, where, ops in rows
+        for name, kind, calls, seconds, bindings, ops, where in rows
     ]
     return sorted(made, key=lambda r: -r.total)
 
 
-def _ops(origin, call_sites: list[tuple[str, ...]]) -> str:
-    """The PyTorch ops behind a kernel's bindings, each once: `linear, add, gelu (+2)`."""
+def listed(names: tuple[str, ...], shown: int = SHOWN) -> str:
+    """`lv1, lv2, lv3, lv4, lv5, lv6 (+12 more)`: the first names, and how many are left out."""
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _ops(origin, bindings: tuple[str, ...]) -> tuple[str, ...]:
+    """The PyTorch ops behind a kernel's bindings, each once: `linear`, `add`, `gelu`."""
     if origin is None:
-        return ""
-    ops = list(
+        return ()
+    return tuple(
         dict.fromkeys(
             _op_name(node.op)
-            for site in call_sites
-            for binding in site
+            for binding in bindings
             if (node := origin.bindings.get(binding)) is not None
         )
     )
-    more = len(ops) - MAX_OPS
-    return ", ".join(ops[:MAX_OPS]) + (f" (+{more})" if more > 0 else "")
 
 
 def _op_name(op: str) -> str:

@@ -27,8 +27,10 @@ import tvm
 
 from ...errors import CallError, last_reason
 from ..build.crash_guards import has_guards
+from ..feature_checks import check_counts
 from ..live.cells import PRIMFUNC, PYFUNC
 from ..module_parts import ModuleParts
+from ..run.tensors import own_copies
 from ..tables import text_table
 
 
@@ -196,11 +198,13 @@ def duration(seconds: float, digits: int = 3) -> str:
 def time_function(
     parts: ModuleParts, fn: str, args: tuple, number: int, repeat: int, against
 ) -> Timing:
-    """Time `fn` on `args` on the module's device, and `against` (if given) on the same inputs."""
-    if number < 1 or repeat < 1:
-        raise CallError("time: number and repeat must be at least 1", function=fn)
+    """Time `fn` on `args` on the module's device, and `against` (if given) on the same inputs
+    (each on copies of its own: a function that writes into its inputs leaves the caller's as
+    they were)."""
+    check_counts("time", fn, number=number, repeat=repeat)
     entry = parts.entry(fn)
     function = parts.function(fn)
+    given, args = args, own_copies(args)
     function(*args)  # compiles if needed, and checks the arguments
     if entry.kind == PYFUNC:
         samples = wall_clock_samples(function, args, number, repeat)
@@ -212,6 +216,7 @@ def time_function(
         mine = Measurement(fn, samples, f"time_evaluator on {runner.where}", threads)
     reference = None
     if against is not None:
+        args = own_copies(given)
         try:
             with torch.inference_mode():
                 against(*args)

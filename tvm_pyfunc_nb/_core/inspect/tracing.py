@@ -22,7 +22,7 @@ from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import relax_closure, sub_module
 from ..models.source_sites import SourceSite
 from ..module_parts import ModuleParts
-from ..run.tensors import to_torch
+from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 
 STOPS = ("nonfinite",)  # what `trace(..., stop_at=)` can stop at
@@ -284,8 +284,9 @@ def _dtype(value: torch.Tensor) -> str:
 def trace(
     parts: ModuleParts, fn: str, args: tuple, build=None, stop_at: str | None = None
 ) -> Trace:
-    """Run Relax function `fn` once on `args`, every intermediate kept by binding (compiled by
-    `build`, the module's own by default); `stop_at="nonfinite"` keeps them up to the first
+    """Run Relax function `fn` once on copies of `args` (a function that writes into its inputs
+    leaves the caller's be), every intermediate kept by binding (compiled by `build`, the
+    module's own by default); `stop_at="nonfinite"` keeps them up to the first
     binding that makes nan or inf from finite inputs."""
     if stop_at is not None and stop_at not in STOPS:
         raise CallError(
@@ -294,6 +295,20 @@ def trace(
         )
     entry = parts.entry(fn, kind=RELAX, needed_by="trace")
     copy, taps = tapped(entry.func)
+    linked = linked_copy(parts, fn, copy, build)
+    output, values = parts.runner.run_relax(fn, linked, entry, own_copies(args))
+    origin = parts.torch_origins.get(fn)
+    where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
+    sites = {b: s for b, s in where.items() if s}
+    traced = Trace(fn, traced_values(taps, values), output, sites, module=parts.name)
+    if stop_at is not None:
+        stop(traced, entry.func, args, stop_at)
+    return traced
+
+
+def linked_copy(parts: ModuleParts, fn: str, copy: relax.Function, build=None):
+    """The module's Relax function `fn`, and what it calls, linked with `copy` in its place, by
+    `build` (the module's own by default), which keeps it: running it again compiles nothing."""
     state = parts.state
     names = [n for n in relax_closure([fn], state.ir_mod) if state.entries[n].kind != PYFUNC]
     mod = sub_module(state.ir_mod, names)
@@ -302,16 +317,7 @@ def trace(
         attrs=mod.attrs,
     )
     compiler = parts.compiler
-    build = build or compiler.build
-    linked = build.link(compiler.bridge.vm_module(mod))  # kept: tracing again is free
-    output, values = parts.runner.run_relax(fn, linked, entry, args)
-    origin = parts.torch_origins.get(fn)
-    where = {t.name: origin.site(t.name) for t in taps} if origin is not None else {}
-    sites = {b: s for b, s in where.items() if s}
-    traced = Trace(fn, traced_values(taps, values), output, sites, module=parts.name)
-    if stop_at is not None:
-        stop(traced, entry.func, args, stop_at)
-    return traced
+    return (build or compiler.build).link(compiler.bridge.vm_module(mod))
 
 
 def stop(traced: Trace, func: relax.Function, args: tuple, stop_at: str) -> None:

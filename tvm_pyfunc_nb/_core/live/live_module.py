@@ -119,11 +119,13 @@ class LiveModule(UpstreamInterface, Features):
         return result
 
     def add_torch(
-        self, model, example_args, *, name="main", dynamic_shapes=None, custom_convert_map=None
+        self, model, example_args=None, *, name="main", dynamic_shapes=None, custom_convert_map=None
     ) -> UpdateResult:
-        """Import `model` (a `torch.nn.Module`) as Relax function `name`, its weights constants,
-        through `torch.export`; `compare(name, model, ...)` then goes op by op, and rows say
-        where each binding came from. An op TVM's importer cannot translate runs as a PyTorch
+        """Import `model` (a `torch.nn.Module` and its example arguments, or the
+        `ExportedProgram` that `torch.export.load` gives) as Relax function `name`, its weights
+        constants, through `torch.export`; `compare(name, model, ...)` then goes op by op, and
+        rows say where each binding came from. Inputs the model writes into (`x.add_(1)`), a
+        call writes into too. An op TVM's importer cannot translate runs as a PyTorch
         call: a pyfunc (`<name>_<op>`) added with it; the import says which.
         `custom_convert_map` is TVM's own (`{op name: converter(node, importer)}`); with
         --isolate the import runs in the build worker first."""

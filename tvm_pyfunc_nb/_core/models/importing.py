@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import tvm
 import tvm_ffi
+from torch.utils import _pytree as pytree
 from tvm import relax
 from tvm.ir import GlobalVar
 
@@ -48,6 +49,7 @@ from ..live.contributions import (
 from ..live.pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
 from .dynamic_shapes import bounded_slices, check_known_shapes, data_dependent_ops
 from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
+from .input_writes import with_input_writes, written_inputs
 from .model_repairs import repair_imported
 from .source_sites import SourceSite, site_of
 from .torch_fallback import fallbacks, install, pyfunc_externs
@@ -198,29 +200,24 @@ class NodeRef:
 class TorchOrigin:
     """What `compare` needs to go op by op: the model, its exported graph, binding -> FX node."""
 
-    model: torch.nn.Module
+    model: Callable  # what runs the model: the `nn.Module`, or an ExportedProgram's `.module()`
     exported: Any  # torch.export.ExportedProgram, decomposed as the importer translated it
     bindings: dict[str, NodeRef] = field(default_factory=dict)
     constant_names: dict[Any, str] = field(default_factory=dict)  # constant -> parameter name
+    brought: Any = None  # what add_torch was given, where that is not `model` (ExportedProgram)
 
     def site(self, binding: str) -> SourceSite | None:
         """Where binding `binding` came from in the model's code (None: nowhere known)."""
         node = self.bindings.get(binding)
         return node.site if node is not None else None
 
-    def fx_values(self, args: Iterable[Any]) -> tuple[dict[str, Any], Any]:
-        """Every FX node's value (by node name) for one run on `args`, and the outputs."""
-        from torch.export.graph_signature import InputKind
+    def is_from(self, reference: Any) -> bool:
+        """Whether `reference` is the model this function was imported from."""
+        return reference is self.model or (self.brought is not None and reference is self.brought)
 
-        exported, user = self.exported, iter(args)
-        flat = []
-        for spec in exported.graph_signature.input_specs:
-            if spec.kind == InputKind.USER_INPUT:
-                flat.append(next(user))
-            elif spec.target in exported.state_dict:
-                flat.append(exported.state_dict[spec.target])
-            else:
-                flat.append(exported.constants[spec.target])
+    def fx_values(self, args: Iterable[Any]) -> tuple[dict[str, Any], Any]:
+        """Every FX node's value (by node name) for one run on `args`, with the model's weights
+        as they are now, and the graph's outputs."""
         values: dict[str, Any] = {}
 
         class Recorder(torch.fx.Interpreter):
@@ -230,10 +227,72 @@ class TorchOrigin:
                 return out
 
         with torch.no_grad():
-            outputs = Recorder(exported.graph_module).run(
-                *[t.detach() if isinstance(t, torch.Tensor) else t for t in flat]
-            )
+            outputs = Recorder(self.exported.graph_module).run(*self._graph_inputs(args))
         return values, outputs
+
+    def binding_values(self, args: Iterable[Any]) -> dict[str, torch.Tensor]:
+        """Each binding's value in the PyTorch model (one run on `args`), where it has one of
+        its own: its FX node's, or a later node's the importer gave the same value (the
+        `getitem` of a tuple op)."""
+        values, _ = self.fx_values(args)
+        found = {}
+        for binding, node in self.bindings.items():
+            if node.exact:
+                for name in (node.node, *node.aliases):
+                    if isinstance(values.get(name), torch.Tensor):
+                        found[binding] = values[name]
+                        break
+        return found
+
+    def outputs_in_float64(self, args: Iterable[Any]) -> Any:
+        """The model's outputs (as the model returns them) computed in float64 from the same
+        inputs and weights: how far PyTorch's own float32 outputs are from these is the
+        rounding a whole chain of ops carries."""
+
+        def wider(value):
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value.to(torch.float64)
+            return value
+
+        class InFloat64(torch.fx.Interpreter):
+            def run_node(self, node):
+                if str(node.target).startswith("aten._assert"):  # "a float32 tensor here"
+                    return None
+                return pytree.tree_map(wider, super().run_node(node))
+
+        with torch.no_grad():
+            flat = InFloat64(self.exported.graph_module).run(
+                *[wider(v) for v in self._graph_inputs(args)]
+            )
+        return pytree.tree_unflatten(self._user_outputs(flat), self.exported.call_spec.out_spec)
+
+    def _user_outputs(self, flat: Iterable[Any]) -> list[Any]:
+        """The graph's outputs that the model returns (not the inputs it writes into)."""
+        from torch.export.graph_signature import OutputKind
+
+        specs = self.exported.graph_signature.output_specs
+        return [v for v, s in zip(flat, specs, strict=True) if s.kind == OutputKind.USER_OUTPUT]
+
+    def _graph_inputs(self, args: Iterable[Any]) -> list[Any]:
+        """The exported graph's inputs for a call on `args`: the model's weights as they are
+        now (a model that trains on, or edited weights, is what compare sees), its constants,
+        and `args`."""
+        from torch.export.graph_signature import InputKind
+
+        exported, user = self.exported, iter(args)
+        weights = dict(self.model.named_parameters(remove_duplicate=False))
+        weights.update(self.model.named_buffers(remove_duplicate=False))
+        flat = []
+        for spec in exported.graph_signature.input_specs:
+            if spec.kind == InputKind.USER_INPUT:
+                flat.append(next(user))
+            elif spec.target in weights:
+                flat.append(weights[spec.target])
+            elif spec.target in exported.state_dict:
+                flat.append(exported.state_dict[spec.target])
+            else:
+                flat.append(exported.constants[spec.target])
+        return [t.detach() if isinstance(t, torch.Tensor) else t for t in flat]
 
 
 @dataclass
@@ -247,7 +306,7 @@ class ImportedModel:
 
 
 def import_torch(
-    model: torch.nn.Module,
+    model: Any,
     example_args: Any,
     *,
     name: str,
@@ -255,30 +314,15 @@ def import_torch(
     custom_convert_map: dict | None = None,
     translate_first: Callable | None = None,
 ) -> ImportedModel:
-    """`model` as one Relax function named `name` (weights as constants), the pyfuncs that run
+    """`model` (a `torch.nn.Module`, or the `ExportedProgram` that `torch.export.load` gives
+    back) as one Relax function named `name` (weights as constants), the pyfuncs that run
     the ops TVM's importer lacks, and where each binding came from. `custom_convert_map` is
     TVM's own (`{op name: converter(node, importer)}`). `translate_first(exported, name,
     model name, custom_convert_map)` translates the exported program before this process does
     (the build worker, with --isolate: a crash there is the import's error)."""
-    if not isinstance(model, torch.nn.Module):
-        raise CallError(f"add_torch needs a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(name, str) or not name.isidentifier():
         raise CallError(f"add_torch: `{name}` is not a valid function name")
-    args = tuple(example_args) if isinstance(example_args, (tuple, list)) else (example_args,)
-    try:
-        with (
-            torch.no_grad(),
-            warnings.catch_warnings(),
-            stderr_kept_if_it_works(),
-            native_stderr_silenced(),  # a failed parse's IR builder collected meanwhile says so
-            _torch_export_log_quiet(),
-        ):
-            # torch 2.13's own deprecation inside torch.export: nothing a user can act on
-            warnings.simplefilter("ignore", FutureWarning)
-            exported = torch.export.export(model, args, dynamic_shapes=dynamic_shapes)
-            exported = exported.run_decompositions()  # as from_exported_program does
-    except Exception as err:  # torch raises many types for a model it cannot export
-        raise export_failure(model, err) from err
+    exported = _exported(model, example_args, dynamic_shapes)
     # TVM's importer takes weights through DLPack, sharing their memory: with copies, training
     # the model on (or editing its weights) never silently changes what the module computes
     for key, value in list(exported.state_dict.items()):
@@ -296,11 +340,15 @@ def import_torch(
     func = made.pop(name)
     check_known_shapes(func, exported, type(model).__name__)
     before_binding_params = importer.block_builder.get()["main"]
+    bindings = _binding_nodes(func, translated.first)
+    func = with_input_writes(func, written_inputs(exported, translated))
+    is_program = isinstance(model, torch.export.ExportedProgram)
     origin = TorchOrigin(
-        model,
+        model.module() if is_program else model,
         exported,
-        _binding_nodes(func, translated.first),
+        bindings,
         _constant_names(before_binding_params, func, exported),
+        brought=model if is_program else None,
     )
     functions = tvm.IRModule({name: func, **made, **pyfunc_externs(found)})
     return ImportedModel(functions, origin, found.notices(name))
@@ -397,6 +445,41 @@ def _named_after(mod: tvm.IRModule, name: str) -> dict[str, relax.Function]:
         )
         for old, new in renamed.items()
     }
+
+
+def _exported(model: Any, example_args: Any, dynamic_shapes: Any):
+    """`model` exported by `torch.export` (as it is, for an `ExportedProgram`), decomposed as
+    TVM's `from_exported_program` does."""
+    is_program = isinstance(model, torch.export.ExportedProgram)
+    if not is_program and not isinstance(model, torch.nn.Module):
+        raise CallError(
+            "add_torch needs a torch.nn.Module or a torch.export.ExportedProgram, "
+            f"got {type(model).__name__}"
+        )
+    if is_program and dynamic_shapes is not None:
+        raise CallError(
+            "add_torch: an ExportedProgram keeps the dynamic shapes it was exported with; "
+            "dynamic_shapes= is for a torch.nn.Module"
+        )
+    if not is_program and example_args is None:
+        raise CallError("add_torch needs example arguments for a torch.nn.Module: (x, ...)")
+    try:
+        with (
+            torch.no_grad(),
+            warnings.catch_warnings(),
+            stderr_kept_if_it_works(),
+            native_stderr_silenced(),  # a failed parse's IR builder collected meanwhile says so
+            _torch_export_log_quiet(),
+        ):
+            # torch 2.13's own deprecation inside torch.export: nothing a user can act on
+            warnings.simplefilter("ignore", FutureWarning)
+            program = model
+            if not is_program:
+                args = example_args if isinstance(example_args, (tuple, list)) else (example_args,)
+                program = torch.export.export(model, tuple(args), dynamic_shapes=dynamic_shapes)
+            return program.run_decompositions()  # as from_exported_program does
+    except Exception as err:  # torch raises many types for a model it cannot export
+        raise export_failure(model, err) from err
 
 
 class _Translated(dict):
@@ -497,6 +580,14 @@ def _constant_names(before: relax.Function, after: relax.Function, exported) -> 
     for x, y in zip(_bindings(before), _bindings(after), strict=False):
         walk(x.value, y.value)
     return names
+
+
+def runnable(reference: Any) -> Any:
+    """What runs `reference`: itself, or an ExportedProgram's `.module()` (an ExportedProgram
+    cannot be called)."""
+    if isinstance(reference, torch.export.ExportedProgram):
+        return reference.module()
+    return reference
 
 
 def binding_site(origins: Mapping[str, TorchOrigin], function: str, binding: str):

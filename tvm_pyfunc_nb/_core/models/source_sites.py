@@ -6,8 +6,8 @@
 (`encoder.layer.0.attention.self.query`), its class, and the innermost line
 outside torch itself (`modeling_bert.py:176: key_layer = self.key(...)`):
 the line of the model's code, not the line of `F.linear` inside
-`torch.nn.Linear`. Rows of a table show `short()`; errors and verdicts
-`str()`.
+`torch.nn.Linear`. Rows of a table show `short()` (`query ·
+modeling_bert.py:176: q = self.query(x)`); errors and verdicts `str()`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in [^\n]*(?:\n[ \t]+([^\n]*))?')
 _TORCH = os.path.dirname(torch.__file__) + os.sep
 SHORT_PATH = 30  # characters of a module path a table row shows (its last components)
+SHORT_CODE = 48  # characters of a line's code a table row shows (its first)
 # The file a Jupyter kernel (ipykernel) or a plain IPython shell compiles a cell's code under:
 # a temporary path that says nothing to a reader, and differs on every run.
 _NOTEBOOK_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-\d+-[0-9a-f]+>$")
@@ -49,14 +50,17 @@ class SourceSite:
         return self.path or self.module
 
     def short(self, width: int = SHORT_PATH) -> str:
-        """`layer.0.attention.self.query · modeling_bert.py:312`: what a table row has room for
-        (a long module path keeps its last components)."""
+        """`layer.0.attention.self.query · modeling_bert.py:312: q = self.query(x)`: what a
+        table row has room for (a long module path keeps its last components, long code its
+        first characters)."""
         path = self.module_path
         parts = path.split(".")
         while len(parts) > 1 and len(".".join(parts)) > width:
             parts = parts[1:]
         shown = ".".join(parts) if len(parts) == len(path.split(".")) else "…" + ".".join(parts)
-        return " · ".join(p for p in (shown, self.location) if p)
+        code = self.code if len(self.code) <= SHORT_CODE else self.code[: SHORT_CODE - 1] + "…"
+        line = f"{self.location}: {code}" if self.location and code else self.location
+        return " · ".join(p for p in (shown, line) if p)
 
     def __str__(self) -> str:
         """`encoder.layer.0.attention.self.query (Linear), modeling_bert.py:312: q = ...`"""

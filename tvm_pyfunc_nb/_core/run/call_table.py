@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
-# time.time() - time.perf_counter(), read once: a record keeps only perf_counter readings
-_CLOCK_OFFSET = time.time() - time.perf_counter()
+from ..build.stats import CLOCK_OFFSET
 
 
 class CallRecord(NamedTuple):
@@ -41,7 +40,7 @@ class CallRecord(NamedTuple):
     @property
     def when(self) -> float:
         """The wall-clock time (`time.time()`) at which the call returned."""
-        return self.end + _CLOCK_OFFSET
+        return self.end + CLOCK_OFFSET
 
 
 def call_record(

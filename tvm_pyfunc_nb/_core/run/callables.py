@@ -37,6 +37,7 @@ from .call_errors import (
     refused,
 )
 from .call_table import CallTable, call_record
+from .interrupts import is_interrupt
 from .py_registry import was_cleared
 from .tensors import to_torch, to_tvm_args, write_back
 
@@ -56,6 +57,8 @@ def pyfunc_callable(table: CallTable, entry: FunctionEntry, live: object) -> Cal
             out = func(live, *args, **kwargs) if takes_self else func(*args, **kwargs)
         except BaseException as err:
             table.record(name, args, None, start, mark, (), err)
+            if is_interrupt(err):  # Ctrl-C stays itself (and crosses TVM as itself: interrupts.py)
+                raise
             error = bad_pyfunc_arguments(name, func, takes_self, args, kwargs, err)
             error = error or pyfunc_error(name, line, err)
             pending_error.error = error  # for a compiled caller beyond TVM

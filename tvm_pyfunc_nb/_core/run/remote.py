@@ -382,14 +382,15 @@ class RemoteDevice:
         def step():
             remote = [to_remote(a, device) for a in args]
             function(*remote)
-            return [r.numpy() if hasattr(r, "numpy") else None for r in remote]
+            return _contents(remote)
 
-        for original, result in zip(args, self.session.run(step), strict=True):
-            if isinstance(original, torch.Tensor) and result is not None:
-                original.copy_(torch.from_numpy(result))
+        _written_back(args, self.session.run(step))
 
-    def call_relax(self, name: str, linked, args: tuple, returns_tuple: bool) -> Any:
-        """Run a Relax function there on copies of `args`; its result comes back as torch."""
+    def call_relax(
+        self, name: str, linked, args: tuple, returns_tuple: bool, writes_inputs: bool = False
+    ) -> Any:
+        """Run a Relax function there on copies of `args`; its result comes back as torch, and
+        for a function that `writes_inputs` (`x.add_(1)` in PyTorch), what it wrote into them."""
         vm, device = self.vm(linked), self.device()
 
         def step():
@@ -400,9 +401,11 @@ class RemoteDevice:
                 out = vm.get_outputs(name)
             else:
                 out = vm[name](*remote)
-            return _fetch(out)
+            return _fetch(out), _contents(remote) if writes_inputs else []
 
-        return self.session.run(step)
+        out, written = self.session.run(step)
+        _written_back(args, written)
+        return out
 
     def time(self, module, name: str, args: tuple, number: int, repeat: int) -> tuple[float, ...]:
         """Seconds per call of each repeat, measured on the remote device by `time_evaluator`."""
@@ -413,6 +416,18 @@ class RemoteDevice:
             return tuple(float(s) for s in evaluator(*[to_remote(a, device) for a in args]).results)
 
         return self.session.run(step)
+
+
+def _contents(remote: list) -> list:
+    """What each remote argument holds now (None for what is no tensor)."""
+    return [r.numpy() if hasattr(r, "numpy") else None for r in remote]
+
+
+def _written_back(args: tuple, contents: list) -> None:
+    """Copy what a remote function wrote into its copies of `args` back into `args`."""
+    for original, result in zip(args, contents, strict=False):
+        if isinstance(original, torch.Tensor) and result is not None:
+            original.copy_(torch.from_numpy(result))
 
 
 def _fetch(value) -> Any:

@@ -27,6 +27,7 @@ from ..live.assembly import Assembly
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX
 from ..live.contributions import FunctionEntry
 from ..live.editing import ConstantTable
+from ..models.input_writes import writes_inputs
 from .call_errors import refused, unknown_function
 from .call_table import CallTable
 from .callables import compiled_callable, pyfunc_callable, remote_callable, run_compiled
@@ -138,7 +139,7 @@ class LocalRunner(Runner):
         else:
             linked = self.compiler.relax_function(state, name)
             try:
-                function, writes_args = linked.vm(self.device)[name], False
+                function, writes_args = linked.vm(self.device)[name], writes_inputs(entry.func)
             except CallError as err:
                 raise CallError(err.detail, function=name) from err.__cause__
         compiled = tuple(stats.since(mark))
@@ -208,9 +209,10 @@ class RemoteRunner(Runner):
             linked = self.compiler.relax_function(state, name)
             remote.vm(linked)
             returns_tuple = isinstance(entry.func.ret_ty, relax.TupleType)
+            writes = writes_inputs(entry.func)
 
             def invoke(args):
-                return remote.call_relax(name, linked, args, returns_tuple)
+                return remote.call_relax(name, linked, args, returns_tuple, writes)
 
         return remote_callable(self.calls, entry, invoke, tuple(stats.since(mark)))
 

@@ -100,6 +100,24 @@ def write_back(originals: tuple, passed: list) -> None:
             np.copyto(original, copy.numpy())
 
 
+def own_copies(args: tuple) -> tuple:
+    """A copy of each tensor of `args`: a run of a function that writes into its inputs
+    (`x.add_(1)`) changes neither the caller's tensors nor what the next run is given."""
+    return tuple(_copied(a) for a in args)
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, tvm.runtime.Tensor):
+        return value.copyto(value.device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copied(v) for v in value)
+    return value
+
+
 def to_tvm_tensor(value: Any) -> Any:
     """A `tvm.runtime.Tensor` view of a torch/numpy tensor, for code that needs TVM's own type."""
     if isinstance(value, torch.Tensor):

@@ -170,7 +170,7 @@ class PyFuncTrampoline:
                         else:
                             return result  # handed back as it is: no check failed, no copy
                 return self._returned(result, args)
-            except BaseException as err:
+            except Exception as err:  # an interrupt crosses TVM as itself (interrupts.py)
                 pending_error.error = err
                 raise
 
@@ -186,7 +186,7 @@ class PyFuncTrampoline:
                 args = tuple(args[0])
             args = tuple(a if a.__class__ is torch.Tensor else to_torch(a) for a in args)
             return self._returned(self._pyfunc(calls)(*args), args)
-        except BaseException as err:
+        except Exception as err:
             pending_error.error = err
             raise
 

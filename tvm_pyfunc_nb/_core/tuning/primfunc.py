@@ -19,6 +19,7 @@ import tvm
 from ...errors import ScheduleError, last_reason
 from ..build import trust
 from ..build.tuning_records import WORKLOAD, TuningRecords, kept_trials, tuning_target
+from ..feature_checks import warn_unless_kept
 from ..front_end_port import Progress
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of
 from .report import KernelRow, TuningReport, milliseconds
@@ -72,6 +73,7 @@ def tuned(
                 ) from err
             finally:
                 reporter.progress.close()
+    warn_unless_kept(name, where, database, [mod])
     schedule = ms.tir_integration.compile_tir(database, func, target)
     if schedule is None:
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)

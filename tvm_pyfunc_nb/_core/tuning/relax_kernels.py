@@ -30,6 +30,7 @@ from ..build import trust
 from ..build.cpu_schedules import checked_schedule_of
 from ..build.kernel_schedules import KernelSchedules, tunable, workload
 from ..build.tuning_records import IN_MEMORY, WORKLOAD, kept_trials, tuning_target
+from ..feature_checks import warn_unless_kept
 from ..front_end_port import Progress
 from .measuring import import_tensor_intrinsics, in_process, quiet, time_of
 from .report import KernelRow, TuningReport, milliseconds
@@ -115,6 +116,7 @@ def tune_function(
         raise ScheduleError(f"MetaSchedule failed: {last_reason(err)}", function=fn) from err
     finally:
         reporter.close()
+    warn_unless_kept(fn, schedules.directory, database, [task.workload for task in tasks])
     rows = []
     for task, default, seconds in zip(tasks, defaults, before, strict=True):
         sch = database.query_schedule(task.workload, target, WORKLOAD)
