@@ -44,6 +44,7 @@ SECONDS = {
     "tests/test_offload.py": 31,
     "notebooks/09_another_machine.ipynb": 31,
     "tests/test_as_torch_runs.py": 30,
+    "tests/test_op_corpus.py": 70,
     "tests/test_model_errors_and_compare.py": 30,
     "tests/test_kernel.py": 30,
     "tests/test_live_module.py": 25,

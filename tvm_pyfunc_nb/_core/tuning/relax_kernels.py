@@ -27,7 +27,7 @@ from tvm import relax
 
 from ...errors import ScheduleError, last_reason
 from ..build import trust
-from ..build.cpu_schedules import checked_schedule_of, vector_lanes
+from ..build.cpu_schedules import checked_schedule_of
 from ..build.kernel_schedules import KernelSchedules, tunable, workload
 from ..build.tuning_records import IN_MEMORY, WORKLOAD, kept_trials, tuning_target
 from ..feature_checks import warn_unless_kept
@@ -178,7 +178,7 @@ def default_schedule(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.s_tir.
     kernel with the CPU schedule written once for them (cpu_schedules.py), anything else (and a
     kernel that schedule fails on) as the pipeline made it (an empty trace)."""
     if target.kind.name == "llvm":
-        sch, _ = checked_schedule_of(mod, vector_lanes(target))
+        sch, _ = checked_schedule_of(mod, target)
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)

@@ -197,7 +197,6 @@ class Translate:
 
     def run(self, log: StageLog) -> None:
         import torch
-        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
         from ...models.importing import translate
 
@@ -208,7 +207,7 @@ class Translate:
             import cloudpickle
 
             converters = cloudpickle.loads(self.converters)
-        translate(ExportedProgramImporter(), exported, self.name, self.model_name, converters)
+        translate(exported, self.name, self.model_name, converters)
 
 
 @dataclass(frozen=True)
