@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-10)
 PORT   ?= 8888
 
-.PHONY: install lab run-notebooks notebooks lint test bench models verdicts browser-deps clean
+.PHONY: install lab run-notebooks notebooks lint test bench models ops verdicts browser-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,15 @@ bench: install
 ## MODELS="bert swin" for some of them; OPTIONS="--offload torch" under other options.
 models: install
 	$(BIN)/python benchmarks/models_report.py $(MODELS) $(if $(OPTIONS),--options "$(OPTIONS)")
+
+## Every op of TVM's PyTorch importer (its convert map: tests/op_corpus.py has a model for each)
+## through plain TVM and through a live module, against PyTorch, for this CPU and for x86-64-v3:
+## a table per op in benchmarks/OPS.md. Tens of minutes: JOBS worker processes (2) at nice 10.
+## CASES="cosh pad_circular" runs some of them again, updating build/ops.json (the results);
+## `python benchmarks/ops_report.py --from-json build/ops.json` then writes the table again.
+ops: install
+	mkdir -p build
+	nice -n 10 $(BIN)/python benchmarks/ops_report.py $(CASES) --jobs $(or $(JOBS),2) --json build/ops.json
 
 ## compare's verdicts on the whole corpus (tests/test_verdicts.py; make test runs a fast slice):
 ## every model of the test zoo, ResNet-18 and a deep conv/BN chain, on this CPU and compiled for

@@ -445,6 +445,28 @@ def bisect_lines(found: dict) -> list[str]:
     ]
 
 
+def bug_report_lines(bug: dict) -> list[str]:
+    tutorial, bert, reshape = bug["tutorial"], bug["bert"], bug["reshape"]
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    return [
+        f"- `minimize` on the same two attention blocks, against the PyTorch model: "
+        f"{tutorial['original']} bindings cut to {tutorial['size']} in "
+        f"{_time(tutorial['seconds'])} ({tutorial['cuts']} cuts built; goal: under two minutes: "
+        f"{met(tutorial['seconds'] < 120)})",
+        f"- a tiny BERT whose one `tanh` a pass of the benchmark's own turns into a sigmoid: "
+        f"{bert['original']} bindings cut to {bert['size']} in {_time(bert['seconds'])} "
+        f"(goal: at most 5: {met(bert['size'] <= 5)}); its `report`, the minimize result "
+        f"in it: {bert['report_bytes'] / 1e6:.2f} MB in {_time(bert['report_seconds'])} "
+        f"(goal: under 2 MB: {met(bert['report_bytes'] < 2e6)})",
+        f"- TVM 0.27's `RewriteDataflowReshape` writing into an argument: "
+        f"{reshape['original']} bindings cut to {reshape['size']} in "
+        f"{_time(reshape['seconds'])} (goal: at most 3: {met(reshape['size'] <= 3)})",
+    ]
+
+
 def remote_rows(remote: dict) -> list[Row]:
     rows = []
     for key, what in [
@@ -606,6 +628,7 @@ def main(only: str | None = None) -> None:
     guards = section("guards.py", GUARD_NUMBER, GUARD_ROUNDS)
     worker = section("build_worker.py", WORKER_REPEATS)
     found = section("find_the_pass.py", BISECT_REPEATS)
+    bug = section("bug_report.py")
     remote = section("remote.py", REMOTE_NUMBER, REMOTE_ROUNDS, REMOTE_TIME_NUMBER)
     model = section("model_scale.py", MODEL_LAYERS, MODEL_REPEATS)
     rows = (
@@ -619,7 +642,7 @@ def main(only: str | None = None) -> None:
         + model_rows(model)
     )
     extra = {
-        "worker": worker_lines(worker) + bisect_lines(found),
+        "worker": worker_lines(worker) + bisect_lines(found) + bug_report_lines(bug),
         "fast": fast_lines(fast),
         "remote": remote_lines(remote),
     }

@@ -2,6 +2,10 @@
 
 import textwrap
 
+import numpy as np
+import tvm
+from tvm import relax
+
 
 def elementwise_kernel(
     name: str, value: str, *, b_dtype: str = "float32", decorator: str = "@T.prim_func"
@@ -128,3 +132,48 @@ def pmadd(a: T.handle, b: T.handle):
     for i in range(4):
         B[i] = T.call_llvm_pure_intrin("int32x8", "llvm.x86.avx2.pmadd.wd", A[i], A[i])
 """
+
+
+# TVM 0.27's RewriteDataflowReshape makes `y = R.reshape(x)` a view of the argument `x`, so the
+# call_tir_inplace on `y` writes into the caller's `x` (and `v` is 2x + 2 where 2x + 1 is right).
+# The module must be named `reshape` (`cls = reshape`).
+RESHAPE_THEN_IN_PLACE = """
+@T.prim_func
+def add_one(a: T.Buffer((8,), "float32")):
+    for i in range(8):
+        a[i] = a[i] + T.float32(1)
+
+@R.function
+def main(
+    x: R.Tensor((2, 4), "float32"), w: R.Tensor((8,), "float32")
+) -> R.Tensor((8,), "float32"):
+    cls = reshape
+    with R.dataflow():
+        h = R.nn.relu(R.multiply(w, w))
+        g = R.add(h, w)
+        y = R.reshape(x, (8,))
+        z = R.call_tir_inplace(
+            cls.add_one, (y,), out_ty=R.Tensor((8,), "float32"), inplace_indices=[0]
+        )
+        v = R.add(z, R.reshape(x, (8,)))
+        o = R.multiply(v, g)
+        q = R.nn.softmax(o)
+        R.output(q)
+    return q
+"""
+
+
+def tensor_to_shape_then_add() -> tvm.IRModule:
+    """apache/tvm#20192's pattern after a few bindings of a model: a reshape to
+    `R.tensor_to_shape` of a tensor computed from constants, then an add, which TVM 0.27's default
+    pipeline leaves to VM codegen ("CodeGenVM cannot emit this Relax operator directly")."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("data", relax.TensorType([2, 8], "float32"))
+    w = relax.Var("w", relax.TensorType([2, 8], "float32"))
+    with bb.function("main", [x, w]):
+        h = bb.emit(relax.op.add(relax.op.nn.relu(relax.op.multiply(x, w)), w))
+        t = bb.emit(relax.op.add(relax.const(np.array([4, 4])), relax.const(np.array([0, 0]))))
+        y = bb.emit(relax.op.reshape(h, bb.emit(relax.op.tensor_to_shape(t))))
+        z = bb.emit(relax.op.add(y, y))
+        bb.emit_func_output(bb.emit(relax.op.nn.softmax(z)))
+    return bb.get()

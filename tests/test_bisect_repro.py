@@ -1,4 +1,5 @@
-"""bisect's repro writer on its own (`faults/bisect_repro.py`): passes made by name, IR written
+"""bisect's repro writer on its own (`faults/bisect_repro.py`, its shared parts in
+`repro_files.py`): passes made by name, IR written
 as TVMScript that parses with its weights, inputs that travel in the file, and the reasons a
 repro cannot be written. The whole search and a repro run in a fresh process: test_bisect.py."""
 
@@ -17,7 +18,7 @@ from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvm_pyfunc_nb import CallError
-from tvm_pyfunc_nb._core.faults import bisect_repro
+from tvm_pyfunc_nb._core.faults import bisect_repro, repro_files
 
 
 def test_a_pass_tvm_makes_without_arguments_is_written_by_name():
@@ -35,7 +36,7 @@ def test_the_ir_is_tvmscript_that_parses_with_its_weights_apart(tmp_path):
         def main(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
             return R.add(x, R.const(weight))
 
-    text, weights = bisect_repro._script("Before", tvm.ir.save_json(Module), "consts.")
+    text, weights = repro_files.script("Before", Module, "consts.")
     assert "class Before" in text and next(iter(weights.values())).tolist() == weight.tolist()
     # what the repro file binds to `consts`: each weight a Relax constant
     consts = types.SimpleNamespace(**{k: relax.const(a) for k, a in weights.items()})
@@ -47,15 +48,15 @@ def test_the_ir_is_tvmscript_that_parses_with_its_weights_apart(tmp_path):
 
 def test_inputs_travel_in_the_file_as_text():
     arrays = {"a0": np.ones((2, 3), "float32"), "a1": np.arange(3)}
-    loaded = np.load(io.BytesIO(base64.b64decode(bisect_repro._npz(arrays))))
+    loaded = np.load(io.BytesIO(base64.b64decode(repro_files.npz(arrays))))
     assert all((loaded[k] == v).all() for k, v in arrays.items())
 
 
 def test_a_repro_that_cannot_be_written_says_why(tmp_path):
-    missing = bisect_repro.Repro(missing="the IR before X was not kept")
+    missing = repro_files.Repro(missing="the IR before X was not kept")
     with pytest.raises(CallError, match="bisect cannot write a repro: the IR before X"):
         missing.write(str(tmp_path / "repro.py"))
     assert not (tmp_path / "repro.py").exists()
-    assert bisect_repro.Repro(text="print(1)\n").write(str(tmp_path / "r.py")) == str(
+    assert repro_files.Repro(text="print(1)\n").write(str(tmp_path / "r.py")) == str(
         tmp_path / "r.py"
     )

@@ -170,6 +170,91 @@ def test_guard_bounds_stops_an_index_tvm_cannot_prove_and_adds_nothing_it_can():
     assert not has_guards(in_bounds, "in_bounds") and has_guards(gather, "gather")
 
 
+# -- reads under a condition: checked where the kernel reads, and only there ------------------
+@T.prim_func
+def padded(a: T.Buffer((8,), "float32"), b: T.Buffer((10,), "float32")):
+    for i in range(10):
+        b[i] = T.if_then_else(i >= 1 and i < 9, a[i - 1], T.float32(0))
+
+
+@T.prim_func
+def overreaching_pad(a: T.Buffer((8,), "float32"), b: T.Buffer((10,), "float32")):
+    for i in range(10):
+        b[i] = T.if_then_else(i >= 1, a[i - 1], T.float32(0))
+
+
+@T.prim_func
+def gathered_where_kept(
+    a: T.Buffer((8,), "float32"),
+    idx: T.Buffer((8,), "int32"),
+    keep: T.Buffer((8,), "bool"),
+    b: T.Buffer((8,), "float32"),
+):
+    for i in range(8):
+        b[i] = T.if_then_else(keep[i], a[idx[i]], T.float32(-1))
+
+
+@T.prim_func
+def selected_where_kept(
+    a: T.Buffer((8,), "float32"),
+    idx: T.Buffer((8,), "int32"),
+    keep: T.Buffer((8,), "bool"),
+    b: T.Buffer((8,), "float32"),
+):
+    for i in T.vectorized(8):  # what the CPU schedule makes of a gather a `where` selects
+        b[i] = T.Select(keep[i], a[idx[i]], T.float32(-1))
+
+
+@T.prim_func
+def copied_below(a: T.Buffer((8,), "float32"), b: T.Buffer((16,), "float32"), n: T.int32):
+    for i in range(16):
+        if i < n and i < 8:
+            b[i] = a[i]
+
+
+def test_a_padding_read_is_proved_under_its_condition_and_a_wrong_one_still_stops():
+    assert not has_guards(padded, "padded")
+    a = np.arange(8, dtype=F32)
+    assert run(guard(padded, "padded"), "padded", a, np.zeros(10, F32))[1].tolist() == [
+        0,
+        *range(8),
+        0,
+    ]
+    with pytest.raises(RuntimeError, match="index out of bounds in `overreaching_pad`"):
+        run(guard(overreaching_pad, "overreaching_pad"), "overreaching_pad", a, np.zeros(10, F32))
+
+
+@pytest.mark.parametrize("kernel", [gathered_where_kept, selected_where_kept])
+def test_an_index_is_checked_only_where_the_kernel_reads_with_it(kernel):
+    """An index that is out of bounds where its value is not wanted (`keep` false) is no error:
+    the kernel does not read there (a `T.Select` is made to read lazily). Where it is wanted,
+    it stops the kernel."""
+    name = kernel.attrs["global_symbol"]
+    guarded = guard(kernel, name)
+    for _, mcpu in WIDTHS:
+        build(guarded, name, mcpu)
+    a = np.arange(8, dtype=F32)
+    idx = np.array([7, 100, 5, -3, 3, 2, 1, 0], I32)
+    keep = np.array([True, False, True, False, True, True, True, True])
+    assert run(guarded, name, a, idx, keep, np.zeros(8, F32))[3].tolist() == [
+        7,
+        -1,
+        5,
+        -1,
+        3,
+        2,
+        1,
+        0,
+    ]
+    keep[1] = True
+    with pytest.raises(RuntimeError, match=f"index out of bounds in `{name}`"):
+        run(guarded, name, a, idx, keep, np.zeros(8, F32))
+
+
+def test_a_read_inside_an_if_is_proved_knowing_the_condition():
+    assert not has_guards(copied_below, "copied_below")
+
+
 # -- run-time checks in vectorized loops -----------------------------------------------------
 @T.prim_func
 def shifted(a: T.Buffer((16,), "float32"), b: T.Buffer((8,), "float32"), offset: T.int32):

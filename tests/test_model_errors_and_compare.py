@@ -402,10 +402,24 @@ class Distinct(torch.nn.Module):
         return torch.unique(x) * 2
 
 
-def test_an_op_whose_size_depends_on_the_data_fails_at_import_saying_so(shell):
+class Repeated(torch.nn.Module):
+    def forward(self, x, counts):
+        return torch.repeat_interleave(x, counts) * 2
+
+
+def test_an_op_whose_size_depends_on_the_data_comes_in_where_tvm_has_it(shell):
+    m = module(shell)
+    x = torch.tensor([1.0, 2.0, 2.0, -1.0])
+    m.add_torch(Distinct(), (x,))  # R.unique, its size read when it runs
+    assert torch.equal(m.main(x), Distinct()(x))
+
+
+def test_an_op_whose_size_depends_on_the_data_fails_at_import_where_tvm_lacks_it(shell):
     m = module(shell)
     with pytest.raises(ModelImportError) as info:
-        m.add_torch(Distinct(), (torch.tensor([1.0, 2.0, 2.0]),))
+        m.add_torch(Repeated(), (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2, 0, 1])))
     message = str(info.value)
-    assert message.startswith("Distinct cannot come in: node `_unique2` (aten._unique2.default)")
+    assert message.startswith(
+        "Repeated cannot come in: node `repeat_interleave` (aten.repeat_interleave.Tensor)"
+    )
     assert "(it depends on the data)" in message

@@ -115,6 +115,36 @@ def test_a_cumsum_of_bools_becomes_int64_and_compiles(shell):
     assert torch.equal(m.main(ids)[0], model(ids))
 
 
+class FiniteOnly(torch.nn.Module):
+    """`torch.isfinite` decomposes into a product of two masks."""
+
+    def forward(self, x):
+        return torch.where(torch.isfinite(x), x, 0.0)
+
+
+def test_a_product_of_bools_becomes_a_logical_and_and_compiles(shell):
+    x = torch.tensor([1.0, float("nan"), float("inf"), -2.0, float("-inf"), 0.5] * 4)
+    m = shell.run("%tvmmodule m")
+    notice = shell.text(m.add_torch(FiniteOnly(), (x,)))
+    assert "R.multiply(" in notice and "now R.logical_and" in notice
+    assert torch.equal(m.main(x), FiniteOnly()(x))
+
+
+class NanFinder(torch.nn.Module):
+    def forward(self, x):
+        return x != x
+
+
+def test_a_float_not_equal_says_a_nan_equals_nothing_as_pytorch_does(shell):
+    x, model = torch.tensor([1.0, float("nan"), float("inf"), -2.0] * 4), NanFinder()
+    m = shell.run("%tvmmodule m")
+    notice = shell.text(m.add_torch(model, (x,)))
+    assert "R.not_equal(" in notice and "R.logical_not(R.equal(...))" in notice
+    assert torch.equal(m.main(x), model(x))
+    comparison = m.compare("main", model, x)  # the repaired binding is still the node's value
+    assert comparison.passed and comparison.first_divergence is None, comparison
+
+
 def test_a_negative_constant_index_out_of_range_fails_at_import(shell):
     @R.function
     def last(x: R.Tensor((2, 5), "float32")):

@@ -60,10 +60,10 @@ def test_each_call_of_an_op_gets_a_pyfunc_and_the_notice_counts_them():
     graph = exported(TwoRunningMaxima(), torch.randn(3, 4), torch.randn(3, 4))
     found = fallbacks(graph, CONVERTERS, "main", "TwoRunningMaxima")
     assert list(found.sources) == ["main_cummax", "main_cummax_1"]
-    assert found.notice("main") == (
+    assert found.notices("main") == [
         "main runs an op TVM's importer cannot translate as PyTorch calls: "
         "aten.cummax.default ×2 (pyfunc main_cummax, main_cummax_1)"
-    )
+    ]
     # a tuple-valued op returns its items, flat
     assert "    return cummax[0], cummax[1]\n" in found.sources["main_cummax"]
 
@@ -84,3 +84,42 @@ def test_a_model_tvm_can_translate_needs_no_pyfunc():
             return x.relu()
 
     assert fallbacks(exported(Plain(), torch.randn(2)), CONVERTERS, "main", "Plain").regions == []
+
+
+class IndexedRows(torch.nn.Module):
+    """`x[i] = v` on a copy: an `index_put` of whole rows, which TVM's converter refuses
+    ("IndexPut requires the number of index tensors (1) to match the data tensor dimensions")."""
+
+    def forward(self, x, i, v):
+        out = x * 1
+        out[i] = v
+        return out
+
+
+class Scaled(torch.nn.Module):
+    """`selu` (an `elu` with scales, which TVM drops) and an `add` with alpha (which it drops)."""
+
+    def forward(self, x, y):
+        return torch.selu(x) + torch.add(x, y, alpha=3)
+
+
+def test_a_node_tvms_converter_fails_on_runs_as_a_pytorch_call(shell):
+    x, i, v = torch.randn(6, 4), torch.tensor([4, 1]), torch.randn(2, 4)
+    m = shell.run("%tvmmodule m")
+    notice = shell.text(m.add_torch(IndexedRows(), (x, i, v)))
+    assert "main runs an op TVM's importer fails on as PyTorch calls: aten.index_put.default" in (
+        notice
+    )
+    assert "IndexPut requires" in notice
+    assert torch.equal(m.main(x, i, v), IndexedRows()(x, i, v))
+
+
+def test_ops_tvm_translates_wrong_run_as_pytorch_calls_and_the_notice_says_why(shell):
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    m = shell.run("%tvmmodule m")
+    notice = shell.text(m.add_torch(Scaled(), (x, y)))
+    assert "main runs 2 ops TVM's importer translates wrong as PyTorch calls:" in notice
+    assert "aten.elu.default ×1 (pyfunc main_elu: it drops elu's scale and input_scale" in notice
+    assert "aten.add.Tensor ×1 (pyfunc main_add: it drops alpha=3)" in notice
+    torch.testing.assert_close(m.main(x, y), Scaled()(x, y), rtol=1e-6, atol=1e-6)
+    assert "TVM's importer translates it wrong (it drops alpha=3)." in m.script()

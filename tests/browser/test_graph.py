@@ -68,7 +68,10 @@ def draw_and_use_the_graph(page: Page, shot: str) -> None:
     marked = graph.locator("g.node", has_text="= nn.silu").first  # the one compare names
     expect(marked.locator("path, polygon").first).to_have_attribute("fill", RED)
     expect(marked.locator("path, polygon").first).to_have_attribute("stroke-width", "3")
-    healthy = graph.locator("g.node", has_text="= nn.silu").nth(1)  # after it: no own error
+    second = graph.locator("g.node", has_text="= nn.silu").nth(1)  # a SiLU for a ReLU too
+    expect(second.locator("path, polygon").first).to_have_attribute("fill", RED)
+    expect(second.locator("path, polygon").first).not_to_have_attribute("stroke-width", "3")
+    healthy = graph.locator("g.node", has_text="= add").last  # after both: no error of its own
     expect(healthy.locator("path, polygon").first).not_to_have_attribute("fill", RED)
 
     graph.locator("g.cluster", has_text="▾ 0 (Block)").locator("text").click()

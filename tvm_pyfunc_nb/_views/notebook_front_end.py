@@ -224,6 +224,7 @@ def _html_views() -> dict[type, object]:
     """The HTML of the core's results, next to their own text repr."""
     from .._core.build.stats import CompileStats
     from .._core.faults.bisecting import Bisection
+    from .._core.faults.minimizing import Minimized
     from .._core.inspect.comparing import Comparison
     from .._core.inspect.kernel_compare import KernelComparison
     from .._core.inspect.lowered_views import KernelList
@@ -237,6 +238,7 @@ def _html_views() -> dict[type, object]:
         Comparison: render.comparison_html,
         KernelComparison: render.kernel_comparison_html,
         Bisection: render.bisection_html,
+        Minimized: render.minimized_html,
         Timing: render.timing_html,
         KernelList: render.kernels_html,
         Profile: render.profile_html,

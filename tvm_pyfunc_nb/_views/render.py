@@ -497,6 +497,26 @@ def bisection_html(bisection) -> str:
     return _titled(f"bisect {bisection.function}", *parts)
 
 
+def minimized_html(minimized) -> str:
+    """The verdict, the cut as TVMScript (open), the cuts built (folded)."""
+    style = _FAILED if minimized.found else _PASSED
+    parts = [
+        f'<div style="{style}">{escape(minimized.verdict())}</div>',
+        _muted(
+            escape(
+                f"{len(minimized.steps)} cuts built; the values entering a cut: {minimized.values}"
+            ),
+            "div",
+        ),
+    ]
+    if minimized.script:
+        parts.append(_details("the cut", script_html(minimized.script), opened=True))
+    if minimized.steps:
+        steps = table_html(("bindings", "outcome", ""), minimized.rows())
+        parts.append(_details(f"{len(minimized.steps)} cuts built", steps))
+    return _titled(f"minimize {minimized.function}", *parts)
+
+
 def kernels_html(kernels) -> str:
     title = f"{kernels.function} runs {kernels.count_text()}"
     return _titled(title, table_html(kernels.header, kernels.rows()))

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import get_root_block
 from tvm.s_tir.dlight.gpu.matmul import IterKind, detect_iter_traits, get_reduction_blocks
@@ -85,14 +86,13 @@ def schedule_kernels(
     written for their kind failed on them, with why (a notice, never a failed compile)."""
     if target.kind.name != "llvm":
         return mod, {}
-    unit = vector_unit(target)
     updates, failed = {}, {}
     for gv, func in mod.functions_items():
         if not isinstance(func, tirx.PrimFunc) or gv.name_hint in keep:
             continue
         if (func.attrs and func.attrs.get(SCHEDULED, False)) or not _made_of_blocks(func):
             continue
-        sch, why = checked_schedule_of(func, unit)
+        sch, why = checked_schedule_of(func, target)
         if sch is not None:
             updates[gv] = sch.mod["main"].with_attr(SCHEDULED, True)
         elif why:
@@ -105,11 +105,20 @@ def schedule_kernels(
     return mod, failed
 
 
-def checked_schedule_of(func, unit: VectorUnit) -> tuple[s_tir.Schedule | None, str]:
-    """`default_schedule_of(func)` if it applies and what it makes lowers; else None, with TVM's
-    reason if it failed ("" if no schedule is written for what `func` computes)."""
+def checked_schedule_of(func, target: tvm.target.Target) -> tuple[s_tir.Schedule | None, str]:
+    """`default_schedule_of(func)` for the CPU `target` if it applies and what it makes lowers;
+    else None, with TVM's reason if it failed ("" if no schedule is written for what `func`
+    computes).
+
+    A schedule whose vectors hold an op the target can lower only one value at a time is made
+    again without vectors: TVM 0.27 marks `cosh` and `sinh` vectorizable, but lowers them for
+    LLVM to libm's scalar `coshf`, so a vector of them stays an "unknown intrinsic" that does
+    not compile (plain TVM never vectorizes them: nothing in its CPU pipeline vectorizes)."""
     try:
+        unit = vector_unit(target)
         sch = default_schedule_of(func, unit)
+        if sch is not None and _scalar_only(sch.mod["main"], target):
+            sch = default_schedule_of(func, VectorUnit(1, unit.registers))
         if sch is not None:
             _LOWERS_CHECK(tvm.IRModule({"main": sch.mod["main"]}))
     except Exception as err:  # TVM raises its own errors from any primitive or pass
@@ -120,6 +129,34 @@ def checked_schedule_of(func, unit: VectorUnit) -> tuple[s_tir.Schedule | None, 
 # What a schedule can break, seen without generating code (under a millisecond a kernel): where
 # buffers are allocated, how blocks become loops (TIR's lowering, first passes).
 _LOWERS_CHECK = tvm.transform.Sequential([LOWER_SBLOCKS, tirx.transform.FlattenBuffer()])
+# ...and how vectors and math intrinsics lower for the target (a millisecond more)
+_VECTORS_LOWER = tvm.transform.Sequential(
+    [_LOWERS_CHECK, tirx.transform.VectorizeLoop(), tirx.transform.LowerIntrin()]
+)
+# An op with one of these is a math intrinsic that `LowerIntrin` must turn into code
+_LOWERINGS = ("FLowerIntrinsic", "FLegalize")
+
+
+def _scalar_only(func: tirx.PrimFunc, target: tvm.target.Target) -> list[str]:
+    """The math intrinsics `func`'s vectorized loops call that the target cannot lower as
+    vectors (what LLVM's code generator would refuse: "unknown intrinsic")."""
+    # a look ahead, not a step of the build: no instrument (bisect's pass log) sees its passes
+    with tvm.transform.PassContext():
+        lowered = _VECTORS_LOWER(tvm.IRModule({"main": func.with_attr("target", target)}))
+    kinds = (target.kind.name, "default")
+    left: set[str] = set()
+
+    def visit(call) -> None:
+        op = call.op
+        if isinstance(op, tvm.ir.Op) and any(
+            op.get_attr(f"{kind}.{lowering}") is not None
+            for kind in kinds
+            for lowering in _LOWERINGS
+        ):
+            left.add(op.name)
+
+    tvm_ffi.structural_walk(lowered["main"].body, [(tvm.ir.Call, visit)])
+    return sorted(left)
 
 
 def _made_of_blocks(func: tirx.PrimFunc) -> bool:
@@ -458,32 +495,37 @@ def elementwise_schedule_of(func, lanes: int) -> s_tir.Schedule | None:
     element-wise blocks (no reduction: a fused bias, normalization
     with running statistics, activation, add), as one loop nest: every full-size intermediate
     computed where it is used instead of written out and read back, the innermost axis in
-    vectors, the outer axes spread over the cores. None if it has a reduction or nothing to
-    gain (a single small loop)."""
+    vectors and the outer axes spread over the cores where there are enough elements. None if
+    it has a reduction or nothing to gain (a single small loop).
+
+    Intermediates are computed where they are used however small the kernel: a value gathered
+    only to be dropped by a `where` (TVM's `slice_scatter` gathers from its source at every
+    place, in bounds or not) is then read only where it is selected (crash_guards.py)."""
     sch = s_tir.Schedule(func)
     blocks = sch.get_child_blocks(get_root_block(sch))
     if not blocks or any(_reduces(sch, b) for b in blocks):
         return None
     size = _elements(sch.get(blocks[-1]).writes[0].source)
-    if size is None or size < 2 * lanes:
+    if size is None:
         return None
+    inlined = False
     for block in reversed(blocks[:-1]):  # the per-channel ones stay: small, computed once
         if _elements(sch.get(block).writes[0].source) == size:
             try:
                 sch.compute_inline(block)
+                inlined = True
             except s_tir.ScheduleError:  # not inlinable (read twice at other places): it stays
                 continue
-    last = sch.get_child_blocks(get_root_block(sch))[-1]
-    loops = sch.get_loops(last)
-    extent = sch.get(loops[-1]).extent
-    if not isinstance(extent, tirx.IntImm):
-        return None
-    vector = _vector(extent.value, lanes)
+    loops = sch.get_loops(sch.get_child_blocks(get_root_block(sch))[-1])
+    vector = 1
+    if loops and size >= 2 * lanes and isinstance(extent := sch.get(loops[-1]).extent, tirx.IntImm):
+        vector = _vector(extent.value, lanes)
     if vector > 1:
         sch.vectorize(sch.split(loops[-1], [None, vector])[1])
-    if len(loops) > 1 and size >= PARALLEL_FROM:
+    spread = len(loops) > 1 and size >= PARALLEL_FROM
+    if spread:
         sch.parallel(sch.fuse(*loops[:-1]))
-    return sch
+    return sch if inlined or vector > 1 or spread else None
 
 
 def _reduces(sch: s_tir.Schedule, block) -> bool:

@@ -20,8 +20,9 @@ before TVM sees it.
 - Complex tensors: TVM aborts while formatting its own dtype error (see
   `tensors.to_tvm_arg`).
 
-Reads in the branches of `T.if_then_else` are left unguarded: only the branch
-taken runs, so they are often guarded by the condition (padding).
+A read in a branch of `T.if_then_else` (or of an `if`) is checked only where the
+branch is taken, as the kernel reads it; a `T.Select` that would read out of bounds
+in the value it does not select reads lazily instead (`guard_bounds`).
 
 `guard` applies both run-time checks. Kernels written with `T.sblock`s (what
 Relax legalization makes of an imported model's ops) are checked in their
@@ -43,7 +44,7 @@ from tvm.sym import Analyzer
 from .vectorized_checks import out_of_vector_loops
 
 # Part of the compile cache's key: a library built under other guards is another library.
-GUARDS_VERSION = 3
+GUARDS_VERSION = 4
 
 _EXTERN_CALLS = {"tirx.call_extern", "tirx.call_pure_extern", "tirx.call_cpacked"}
 _DIVISIONS = (tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod)
@@ -182,29 +183,38 @@ def _divisors_in(node) -> list:
             return value.b
         return None
 
-    return _evaluated(node, divisor)
+    return [d for condition, d in _evaluated(node, divisor) if condition is None]
 
 
 def _evaluated(node, pick) -> list:
-    """`pick(e)` for each expression `e` that `node` surely evaluates, where it is not None.
+    """`(condition, pick(e))` for each expression `e` that `node` evaluates, where `pick(e)` is
+    not None: `condition` is what must hold for it to be evaluated (None: it always is).
 
-    The branches of `T.if_then_else` are skipped (only the one taken runs, and
-    the user may have guarded it), and so are `Let`/`Reduce` bodies (they may
-    use variables bound inside them).
+    Only the branch `T.if_then_else` takes is evaluated: the expressions of its branches come
+    under its condition (or its negation). `T.Select` evaluates both of its own. `Let`/`Reduce`
+    bodies are skipped (they may use variables bound inside them).
     """
     found = []
 
-    def visit(value, visitor):
-        if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
-            return visitor.visit(value.args[0])
-        if isinstance(value, (tirx.Let, tirx.Reduce)):
-            return None
-        item = pick(value)
-        if item is not None:
-            found.append(item)
-        return visitor.default_visit(value)
+    def under(condition):
+        def visit(value, visitor):
+            if isinstance(value, tvm.ir.Call) and value.op.same_as(_IF_THEN_ELSE):
+                test, then, otherwise = value.args
+                visitor.visit(test)
+                for branch, taken in ((then, test), (otherwise, tirx.Not(test))):
+                    both = taken if condition is None else tirx.And(condition, taken)
+                    tvm_ffi.structural_visit(branch, [(object, under(both))])
+                return None
+            if isinstance(value, (tirx.Let, tirx.Reduce)):
+                return None
+            item = pick(value)
+            if item is not None:
+                found.append((condition, item))
+            return visitor.default_visit(value)
 
-    tvm_ffi.structural_visit(node, [(object, visit)])
+        return visit
+
+    tvm_ffi.structural_visit(node, [(object, under(None))])
     return found
 
 
@@ -229,8 +239,13 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
     """`func` with an assert before each statement whose buffer accesses TVM cannot prove in bounds.
 
     Loop ranges and bound values are known to the prover, so the accesses of a kernel
-    whose sizes agree need no assert and cost nothing. Functions with `T.sblock`s
-    are left as they are (`guard` lowers them first).
+    whose sizes agree need no assert and cost nothing. A read that runs only under a condition
+    (a branch of `T.if_then_else`, of an `if`) is checked only where that condition holds,
+    and proved under it where it can be (padding reads `x[i - 1]` only where `i >= 1`). A
+    `T.Select`, which reads both of its values, reads lazily (becomes a `T.if_then_else`)
+    where a read in one of them needs a check: TVM's `slice_scatter` gathers from its source
+    at places outside it and then selects the input there. Functions with `T.sblock`s are
+    left as they are (`guard` lowers them first).
     """
     if _has_sblocks(func):
         return func
@@ -246,19 +261,71 @@ def guard_bounds(func: tirx.PrimFunc, name: str) -> tirx.PrimFunc:
             )
         elif isinstance(stmt, (tirx.Bind, tirx.LetStmt)):
             analyzer.bind(stmt.var, stmt.value, allow_override=True)
-        new = mutator.default_mutate(stmt)
-        accesses = [(stmt.buffer, stmt.indices)] if isinstance(stmt, tirx.BufferStore) else []
-        for field in _OWN_EXPRESSIONS[type(stmt)]:
-            accesses += _loads_in(getattr(stmt, field))
-        doubtful = [
-            c
-            for buffer, indices in accesses
-            for c in _bounds(buffer, indices)
-            if not analyzer.can_prove(c)
+        new = _branches(stmt, mutator, analyzer)
+        if new is None:
+            new = _lazy_selects(mutator.default_mutate(stmt), analyzer)
+        accesses = [(None, (new.buffer, new.indices))] if isinstance(new, tirx.BufferStore) else []
+        for field in _OWN_EXPRESSIONS[type(new)]:
+            accesses += _loads_in(getattr(new, field))
+        checks = [
+            check
+            for condition, (buffer, indices) in accesses
+            if (check := _bounds_check(analyzer, condition, buffer, indices)) is not None
         ]
-        return _asserted(doubtful, _message(what, stmt), new) if doubtful else new
+        return _asserted(checks, _message(what, stmt), new) if checks else new
 
     return out_of_vector_loops(tvm_ffi.structural_mutate(func, [(tuple(_OWN_EXPRESSIONS), scope)]))
+
+
+def _branches(stmt, mutator, analyzer: Analyzer):
+    """An `if` with each branch guarded knowing which way the condition went (None for any
+    other statement)."""
+    if not isinstance(stmt, tirx.IfThenElse):
+        return None
+    with analyzer.constraint_scope(stmt.condition):
+        then = mutator.mutate(stmt.then_case)
+    otherwise = stmt.else_case
+    if otherwise is not None:
+        with analyzer.constraint_scope(tirx.Not(stmt.condition)):
+            otherwise = mutator.mutate(otherwise)
+    return tirx.IfThenElse(stmt.condition, then, otherwise, span=stmt.span)
+
+
+def _lazy_selects(stmt, analyzer: Analyzer):
+    """`stmt` with each `T.Select` of its own expressions that reads where TVM cannot prove it
+    in bounds made a `T.if_then_else`, which reads only the value it selects."""
+
+    def select(value, mutator):
+        value = mutator.default_mutate(value)
+        doubtful = any(
+            _bounds_check(analyzer, condition, *access) is not None
+            for branch in (value.true_value, value.false_value)
+            for condition, access in _loads_in(branch)
+        )
+        if not doubtful:
+            return value
+        return tirx.if_then_else(value.condition, value.true_value, value.false_value)
+
+    def own(node, mutator):  # its nested statements are their own scopes
+        return mutator.default_mutate(node) if node.same_as(stmt) else node
+
+    return tvm_ffi.structural_mutate(stmt, [(tirx.Select, select), (tirx.Stmt, own)])
+
+
+def _bounds_check(analyzer: Analyzer, condition, buffer, indices):
+    """What must hold for a read (or write) of `buffer` at `indices`, evaluated where
+    `condition` holds (None: always), to be in bounds, as far as TVM cannot prove it; None if
+    it can."""
+    bounds = _bounds(buffer, indices)
+    if condition is None:
+        doubtful = [c for c in bounds if not analyzer.can_prove(c)]
+    else:
+        with analyzer.constraint_scope(condition):
+            doubtful = [c for c in bounds if not analyzer.can_prove(c)]
+    if not doubtful:
+        return None
+    check = functools.reduce(tirx.And, doubtful)
+    return check if condition is None else tirx.Or(tirx.Not(condition), check)
 
 
 def _bounds(buffer, indices) -> list:
@@ -272,7 +339,8 @@ def _bounds(buffer, indices) -> list:
 
 
 def _loads_in(node) -> list:
-    """`(buffer, indices)` of the buffer reads `node` surely evaluates."""
+    """`(condition, (buffer, indices))` of the buffer reads `node` evaluates, each with what
+    must hold for it to be evaluated (None: always)."""
 
     def load(value):
         if isinstance(value, tvm.ir.TensorLoad) and isinstance(value.source, tirx.Buffer):

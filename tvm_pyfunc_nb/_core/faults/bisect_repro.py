@@ -22,71 +22,13 @@ through `tirx.build`): `save` says so.
 
 from __future__ import annotations
 
-import base64
-import io
-from dataclasses import dataclass
-
-import numpy as np
 import tvm
 from tvm import relax
 
-from ..._version import __version__
-from ...errors import CallError
 from ..build.worker.pass_log import PIPELINE
-from ..live.editing import ConstantTable, module_text
-from ..user_files import write_whole
+from .repro_files import TOOLS, Repro, head, npz, script
 
-_TEMPLATE = '''"""{title}
-
-Found by tvm_pyfunc_nb {version}'s bisect; needs only apache-tvm {tvm_version} and numpy.
-`python {{this file}}` builds `{function}` from the IR right before {pass_name}, without the
-pass and with it, runs both on the same inputs and compares them. Exit status: 1 while the
-fault shows ({fault}), 0 when it does not, 2 when this file itself cannot run (it says why).
-"""
-
-from __future__ import annotations
-
-import sys
-
-FAULT, NO_FAULT, REPRO_FAILED = 1, 0, 2
-CRASHES = {crashes!r}  # the fault is a crash of the build with the pass
-
-
-def _repro_failed(kind, value, traceback_):
-    """Whatever goes wrong before the fault is shown or not: status 2, never the fault's 1."""
-    import os
-    import traceback
-
-    traceback.print_exception(kind, value, traceback_)
-    print(f"REPRO FAILED: this file could not run ({{kind.__name__}}), so it says nothing "
-          "about the fault", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(REPRO_FAILED)
-
-
-sys.excepthook = _repro_failed
-
-import base64  # noqa: E402 (after the hook: a missing package is the repro's failure too)
-import io  # noqa: E402
-import subprocess  # noqa: E402
-import types  # noqa: E402
-
-import numpy as np  # noqa: E402
-import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
-
-
-def _load(text):
-    with np.load(io.BytesIO(base64.b64decode(text))) as data:
-        return {{key: data[key] for key in data.files}}
-
-
-def _constants(text):
-    return types.SimpleNamespace(
-        **{{k: relax.const(tvm.runtime.tensor(a)) for k, a in _load(text).items()}}
-    )
-
+_BODY = """
 
 consts = _constants({weights!r})  # the weights of the IR below
 
@@ -94,79 +36,30 @@ consts = _constants({weights!r})  # the weights of the IR below
 {before}
 INPUTS = _load({inputs!r})
 TARGET = tvm.target.Target({target!r})
+FUNCTION = {function!r}
 RTOL, ATOL = {rtol!r}, {atol!r}
+CRASHES = {crashes!r}  # the fault is a crash of the build with the pass
 
 # The pass
 {pass_text}
 
 # The rest of the build: the passes it needs to run (the optional ones stay off)
 FINISH = tvm.transform.Sequential([{finish}])
-
-
-def _flat(out):
-    """Every array of an output: a tensor, a tuple of them, nested, a shape or a number."""
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    if isinstance(out, (bool, int, float)):
-        return [np.asarray(out)]
-    return [array for item in out for array in _flat(item)]
-
-
-def run(mod):
-    executable = tvm.compile(mod, target=TARGET, relax_pipeline=FINISH)
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(INPUTS[f"a{{i}}"]) for i in range(len(INPUTS))]
-    return _flat(vm[{function!r}](*args))
-
+{tools}
 
 def with_pass():
     with TARGET:
         after = PASS({module})
-    return run(after)
-
-
-def same(without, with_it):
-    """Whether the outputs agree, printing each one's largest errors."""
-    agree = len(without) == len(with_it)
-    if not agree:
-        print(f"{{len(without)}} outputs without the pass, {{len(with_it)}} with it")
-    for i, (a, b) in enumerate(zip(without, with_it)):
-        if a.shape != b.shape:
-            print(f"output {{i}}: shape {{list(a.shape)}} without the pass, {{list(b.shape)}} "
-                  "with it MISMATCH")
-            agree = False
-            continue
-        close = bool(np.allclose(b, a, rtol=RTOL, atol=ATOL, equal_nan=True))
-        agree = agree and close
-        if a.size:
-            gap = np.abs(a.astype("float64") - b.astype("float64"))
-            rel = gap / np.maximum(np.abs(b.astype("float64")), ATOL)
-            worst = "> 1" if rel.max() > 1 else f"{{rel.max():.2g}}"  # over the smallest values
-            print(f"output {{i}}: max abs error {{gap.max():.3g}}, max rel error {{worst}}"
-                  f"{{'' if close else ' MISMATCH'}}")
-    return agree
-
-
-def crash_with_pass():
-    """How the build with the pass ended, run in a child process (a crash ends it, not this
-    one), if it crashed; None if it did not."""
-    done = subprocess.run([sys.executable, __file__, "--with-pass"], capture_output=True,
-                          text=True)
-    if done.returncode < 0:
-        return f"killed by signal {{-done.returncode}}"
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr[-4000:])
-        raise RuntimeError(f"the build with the pass failed (status {{done.returncode}})")
-    return None
+    return run(after, FINISH)
 
 
 def main():
-    without = run({module})
+    without = run({module}, FINISH)
     if CRASHES:
-        crash = crash_with_pass()
-        print("{pass_name} " + (f"CRASHES the build: {{crash}}" if crash else "builds"))
+        crash = crash_in_child("--with-pass")
+        print("{pass_name} " + (f"CRASHES the build: killed by {{crash}}" if crash else "builds"))
         return FAULT if crash else NO_FAULT
-    agree = same(without, with_pass())
+    agree = same(without, with_pass(), names_of(len(without)))
     print("{pass_name} " + ("keeps the numbers" if agree else "CHANGES the numbers"))
     return NO_FAULT if agree else FAULT
 
@@ -176,26 +69,13 @@ if __name__ == "__main__":
         with_pass()
         sys.exit(NO_FAULT)
     sys.exit(main())
-'''
+"""
 
 _OWN_PASS = """# {pass_name} is not TVM's (the notebook's own): written as the IR it returned
 after_consts = _constants({weights!r})
 {after}
 
 PASS = tvm.transform.module_pass(lambda mod, ctx: {after_module}, opt_level=0, name={name!r})"""
-
-
-@dataclass(frozen=True)
-class Repro:
-    """What `save` writes (`text`), or why there is none for this pass (`missing`)."""
-
-    text: str = ""
-    missing: str = ""
-
-    def write(self, path: str) -> str:
-        if self.missing:
-            raise CallError(f"bisect cannot write a repro: {self.missing}")
-        return write_whole(path, self.text, "the repro")
 
 
 def repro_of(search, result, before: str, after: str) -> Repro:
@@ -214,12 +94,12 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         return Repro(
             missing=f"{culprit.name} is not TVM's and crashed: a repro would need its code"
         )
-    before_text, weights = _script("Before", before, "consts.")
+    before_text, weights = script("Before", tvm.ir.load_json(before), "consts.")
     if own is None:
-        after_text, after_weights = _script("After", after, "after_consts.")
+        after_text, after_weights = script("After", tvm.ir.load_json(after), "after_consts.")
         pass_text = _OWN_PASS.format(
             pass_name=culprit.name,
-            weights=_npz(after_weights),
+            weights=npz(after_weights),
             after=after_text,
             after_module="After",
             name=culprit.name,
@@ -233,24 +113,29 @@ def repro_of(search, result, before: str, after: str) -> Repro:
         if run.index > culprit.index and run.phase == PIPELINE and _tvm_pass(run.name)
         and run.name in set(result.needed)
     ]  # fmt: skip
-    text = _TEMPLATE.format(
-        title=f"{culprit.name} crashes the build of `{search.fn}`"
+    title = (
+        f"{culprit.name} crashes the build of `{search.fn}`"
         if crashes
-        else f"{culprit.name} changes the numbers of `{search.fn}`",
-        crashes=crashes,
-        fault="the build crashes" if crashes else "the numbers differ",
-        version=__version__,
-        tvm_version=tvm.__version__,
+        else f"{culprit.name} changes the numbers of `{search.fn}`"
+    )
+    about = (
+        f"`python {{this file}}` builds `{search.fn}` from the IR right before {culprit.name}, "
+        "without the\npass and with it, runs both on the same inputs and compares them."
+    )
+    fault = "the build crashes" if crashes else "the numbers differ"
+    text = head(title, "bisect", about, fault) + _BODY.format(
         function=search.fn,
         pass_name=culprit.name,
-        weights=_npz(weights),
+        weights=npz(weights),
         before=before_text,
-        inputs=_npz({f"a{i}": a for i, a in enumerate(search.inputs)}),
+        inputs=npz({f"a{i}": a for i, a in enumerate(search.inputs)}),
         target=str(search.parts.target),
         rtol=search.rtol,
         atol=search.atol,
+        crashes=crashes,
         pass_text=pass_text,
         finish=", ".join(finish),
+        tools=TOOLS,
         module="Before",
     )
     return Repro(text)
@@ -266,18 +151,3 @@ def _tvm_pass(name: str) -> str | None:
     except Exception:  # it needs arguments: not made by name
         return None
     return f"relax.transform.{name}()"
-
-
-def _script(name: str, ir_json: str, prefix: str) -> tuple[str, dict[str, np.ndarray]]:
-    """The module of `ir_json` as a class `name` of TVMScript, each weight written
-    `<prefix><its name>`, and the weights by name."""
-    consts = ConstantTable()
-    text = module_text(name, tvm.ir.load_json(ir_json), consts, {}, prefix)
-    weights = {k: consts.numpy(k) for k in consts}
-    return text.replace("from __future__ import annotations\n", ""), weights
-
-
-def _npz(arrays: dict[str, np.ndarray]) -> str:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return base64.b64encode(buffer.getvalue()).decode()

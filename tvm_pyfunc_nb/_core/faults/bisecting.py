@@ -58,7 +58,6 @@ diff of TVMScript, the verdict with its numbers and every build it tried;
 
 from __future__ import annotations
 
-import difflib
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -69,96 +68,22 @@ from typing import Any
 import numpy as np
 import torch
 import tvm
-import tvm_ffi
 
 from ...errors import CallError, WorkerCrash, reason_sentence
 from ..build.worker.pass_log import CODEGEN, PassKey, PassRun
 from ..build.worker.process import Crash
 from ..feature_checks import check_comparison
 from ..inspect.comparing import Difference, error_cells, output_differences
-from ..live.cells import PRIMFUNC, PYFUNC, RELAX
-from ..live.relax_rewrite import py_func_calls, relax_closure, sub_module
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies, to_torch
 from ..tables import text_table
 from .isolation import in_worker
 from .primfunc_runs import BuildKernelAndRun
+from .worker_builds import NEEDED, ir_changes, is_container, skip_keys, units, worker_inputs
 
-# Passes that translate from one level to the next (see the module's docstring): always on.
-NEEDED = frozenset(
-    {
-        # Relax: legalization, and the lowering to the VM
-        "DispatchSampling",
-        "DispatchSortScan",
-        "NormalizeGlobalVar",
-        "LegalizeOps",
-        "ToNonDataflow",
-        "RemovePurityChecking",
-        "CallTIRRewrite",
-        "LowerAllocTensor",
-        "LowerRuntimeBuiltin",
-        "ComputePrimValue",
-        "VMShapeLower",
-        "AttachGlobalSymbol",
-        # TIR: blocks and buffers lowered, dtypes the CPU lacks legalized
-        "s_tir.LowerInitBlock",
-        "s_tir.PlanAndUpdateBufferAllocationLocation",
-        "s_tir.ConvertBlocksToOpaque",
-        "s_tir.CompactBufferAllocation",
-        "s_tir.LowerMatchBuffer",
-        "s_tir.LowerOpaqueBlock",
-        "tirx.FlattenBuffer",
-        "tirx.BF16ComputeLegalize",
-        "tirx.FP8ComputeLegalize",
-        "tirx.BF16StorageLegalize",
-        "tirx.FP8StorageLegalize",
-        # TIR: kernels as functions the VM calls
-        "tirx.BindTarget",
-        "tirx.Filter",
-        "tirx.SplitHostDevice",
-        "tirx.MakePackedAPI",
-        "tirx.LowerTVMBuiltin",
-        "tirx.LowerIntrin",
-    }
-)
 SAME, DIFFERS, CRASHED, NO_BUILD = "same", "differs", "crashed", "does not build"
 MAX_NEEDED_SEARCHES = 4  # passes found needed by a failing build before bisect gives up
 NEIGHBOURS = 3  # passes tried on either side of a probe that does not build
-
-
-def is_container(name: str) -> bool:
-    """A pass that only runs others: a `Sequential`, a pipeline."""
-    return name == "sequential" or "pipeline" in name.lower()
-
-
-def units(runs: tuple[PassRun, ...]) -> list[PassRun]:
-    """The passes of `runs` that can be switched off as one: not containers, and held by
-    containers only (what a pass runs inside itself goes with it)."""
-    found, holders = [], []  # holders: the passes open at each depth
-    for run in runs:
-        del holders[run.depth :]
-        if not is_container(run.name) and all(is_container(h.name) for h in holders):
-            found.append(run)
-        holders.append(run)
-    return found
-
-
-def skip_keys(runs: tuple[PassRun, ...], off: set[int]) -> frozenset[PassKey]:
-    """The keys of the passes at indices `off` of `runs` in a build where they are off: the
-    passes inside a pass switched off are never asked, so later runs of their names are
-    counted without them."""
-    seen: Counter = Counter()
-    keys, holders = set(), []
-    for run in runs:
-        del holders[run.depth :]
-        if any(h.index in off for h in holders):  # inside a pass that is off: never asked
-            holders.append(run)
-            continue
-        if run.index in off:
-            keys.add((run.name, seen[run.name]))
-        seen[run.name] += 1
-        holders.append(run)
-    return frozenset(keys)
 
 
 @dataclass(frozen=True)
@@ -195,6 +120,7 @@ class Bisection:
     seconds: float = 0.0
     summary: str = ""  # why there is no culprit, when there is none
     repro: Any = None  # what .save writes (bisect_repro.Repro)
+    search: Any = field(default=None, repr=False)  # its builds, for `minimize` (minimizing.py)
 
     @property
     def found(self) -> bool:
@@ -225,6 +151,12 @@ class Bisection:
             lines += ["", f"{', '.join(self.changed)} before and after {self.culprit.name}:"]
             lines.append(self.diff)
         return "\n".join(lines)
+
+    def minimize(self):
+        """The fewest bindings of the function that the same pass still breaks (minimizing.py)."""
+        from .minimizing import minimize_bisection
+
+        return minimize_bisection(self)
 
     def save(self, path: str) -> str:
         """Write a standalone Python file (plain TVM, numpy) that shows the fault when run:
@@ -387,7 +319,7 @@ def bisect(
     crashes (see the module's docstring)."""
     started = time.perf_counter()
     check_comparison("bisect", fn, reference, args, rtol, atol, values=True)
-    mod, inputs = _checked(parts, fn, args)
+    mod, inputs = worker_inputs(parts, fn, args)
     expected, described = _reference(parts, fn, args, reference)
     search = _Search(parts, fn, mod, inputs, expected, rtol, atol)
     full = _list_passes(search)
@@ -412,6 +344,7 @@ def bisect(
             Tried(n, search.passes[-1].name if n else "", full.outcome, _detail(full))
         )
         result = Bisection(parts.name, fn, described, search.passes, needed, search.tried, None)
+        result.search = search
         if bottom.outcome != SAME and expected is not None:
             result.outcome, result.differences = bottom.outcome, bottom.differences
             result.summary = (
@@ -443,51 +376,6 @@ def _crashes_anyway(
     )
     result.seconds = time.perf_counter() - started
     return result
-
-
-def _checked(parts: ModuleParts, fn: str, args: tuple) -> tuple[tvm.IRModule, list[np.ndarray]]:
-    """`fn`'s closure as a module of its own, and `args` as arrays: a `CallError` for what the
-    worker cannot build or run."""
-    entry = parts.entry(fn)
-    if entry.kind not in (RELAX, PRIMFUNC):
-        raise CallError(
-            f"bisect needs a Relax function or a PrimFunc, but `{fn}` is a {entry.kind}",
-            function=fn,
-        )
-    if parts.options.rpc:
-        raise CallError("bisect builds and runs here; a --rpc module cannot", function=fn)
-    params = entry.func.params
-    if len(args) != len(params):
-        raise CallError(
-            f"bisect: `{fn}` takes {len(params)} argument(s) "
-            f"({', '.join(p.name for p in params)}), {len(args)} given",
-            function=fn,
-        )
-    inputs = [_array(fn, i, arg) for i, arg in enumerate(args)]
-    state = parts.state
-    if entry.kind == PRIMFUNC:
-        return tvm.IRModule({fn: entry.func}), inputs
-    closure = relax_closure([fn], state.ir_mod)
-    calls_python = [
-        n
-        for n in sorted(closure)
-        if state.entries[n].kind == PYFUNC
-        or (state.entries[n].kind == RELAX and py_func_calls(state.entries[n].func))
-    ]
-    if calls_python:
-        raise CallError(
-            f"bisect: `{fn}` calls Python ({', '.join(calls_python)}), which the build worker "
-            "cannot run",
-            function=fn,
-        )
-    return sub_module(state.ir_mod, closure), inputs
-
-
-def _array(fn: str, i: int, arg) -> np.ndarray:
-    value = to_torch(arg)
-    if not isinstance(value, torch.Tensor):
-        raise CallError(f"bisect: argument {i} of `{fn}` is not a tensor", function=fn)
-    return value.detach().cpu().numpy()
 
 
 def _reference(parts: ModuleParts, fn: str, args: tuple, reference) -> tuple[Any, str]:
@@ -588,7 +476,7 @@ def _search(search: _Search, result: Bisection, step) -> None:
     # build without it (a pass off is still shown it)
     k = hi - 1 if bad.outcome == CRASHED else hi
     before, after = search.snapshot(k, result.culprit.key)
-    result.changed, result.diff = _changes(before, after)
+    result.changed, result.diff = ir_changes(before, after)
     result.repro = repro_of(search, result, before, after)
 
 
@@ -617,29 +505,3 @@ def _buildable(search: _Search, lo: int, hi: int, step) -> int | None:
         if search.probe(k).outcome != NO_BUILD:
             return k
     return None
-
-
-def _changes(before: str, after: str) -> tuple[list[str], str]:
-    """The functions the pass changed (all it was given, when it crashed), and their TVMScript
-    before and after as a unified diff (JSON of the IR in, "" for none)."""
-    if not before:
-        return [], ""
-    old = _functions(before)
-    if not after:
-        return list(old), ""
-    new = _functions(after)
-    changed = [
-        name
-        for name in dict.fromkeys([*old, *new])
-        if name not in old or name not in new or not tvm_ffi.structural_equal(old[name], new[name])
-    ]
-    lines = []
-    for name in changed:
-        a = old[name].script().splitlines() if name in old else []
-        b = new[name].script().splitlines() if name in new else []
-        lines += difflib.unified_diff(a, b, f"{name} before", f"{name} after", lineterm="", n=2)
-    return changed, "\n".join(lines)
-
-
-def _functions(text: str) -> dict[str, Any]:
-    return {gv.name_hint: f for gv, f in tvm.ir.load_json(text).functions_items()}

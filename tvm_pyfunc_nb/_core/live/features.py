@@ -11,7 +11,7 @@ They read the module and change nothing of it; what changes it (cells,
 from __future__ import annotations
 
 from .. import exporting, front_end_port
-from ..faults import bisecting
+from ..faults import bisecting, minimizing, reporting
 from ..inspect import (
     comparing,
     kernel_compare,
@@ -87,6 +87,23 @@ class Features:
         the search through a Relax pipeline (`relax.register_pipeline`, `--pipeline NAME`);
         bisecting.py says how, and which passes stay on."""
         return bisecting.bisect(self._parts, fn, args, reference, rtol, atol)
+
+    def minimize(
+        self, fn: str, *args, reference=None, rtol=1e-5, atol=1e-6
+    ) -> minimizing.Minimized:
+        """`fn` cut to the fewest bindings whose build still shows its fault: a crash, an error,
+        or numbers that leave `reference`'s (the PyTorch model `fn` came from, else the build
+        with every optional pass off), each cut built and run in a child process. Shows the
+        cut as TVMScript; `.save("repro.py")` writes it as a standalone file. A bisect
+        result's `.minimize()` cuts to what its pass still breaks."""
+        return minimizing.minimize(self._parts, fn, args, reference, rtol, atol)
+
+    def report(self, fn: str, *args, path: str = "report.html", bisect=None, minimize=None) -> str:
+        """Write one self-contained HTML file for an upstream report of `fn` on `args`: versions,
+        the CPU, the options; `fn` and each pass that changed it (a diff); its kernels' TIR;
+        `compare` and `profile`; the `bisect` and `minimize` results given, with their repros.
+        It names no path, user or host of this machine. Returns the path."""
+        return reporting.report(self._parts, fn, args, path, bisect, minimize)
 
     def lowered(self, fn: str) -> str:
         """`fn` as TVM lowered it: a Relax function after the module's pipeline, a PrimFunc

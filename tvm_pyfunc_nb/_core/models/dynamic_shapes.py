@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import sys
 
+import numpy as np
 import sympy
 import torch
 import tvm
@@ -27,14 +28,18 @@ from ...errors import ModelImportError
 from ..build.failed_bindings import describe
 
 
-def bounds_of(exported) -> dict[str, tuple[int, int | None]]:
-    """Each dynamic dimension's name (`s70`) -> its lower and upper bound (None: unbounded)."""
-    found = {}
-    for symbol, values in exported.range_constraints.items():
+def bounds_of(exported) -> dict[str, tuple[int | None, int | None]]:
+    """Each dynamic dimension's name (`s70`) -> its lower and upper bound (None: unbounded; a
+    number read from data, `x.item()`, may have neither)."""
+
+    def bound(value) -> int | None:
         # torch's unbounded limit (`int_oo`, which a view's sizes get) says it is finite
-        upper = None if math.isinf(float(values.upper)) else int(values.upper)
-        found[str(symbol)] = (int(values.lower), upper)
-    return found
+        return None if math.isinf(float(value)) else int(value)
+
+    return {
+        str(symbol): (bound(values.lower), bound(values.upper))
+        for symbol, values in exported.range_constraints.items()
+    }
 
 
 def bounded_slices(exported) -> dict:
@@ -67,6 +72,55 @@ def bounded_slices(exported) -> dict:
     return {"slice.Tensor": slice_within_bounds}
 
 
+def data_dependent_ops() -> dict:
+    """Translations of the ATen ops whose output size only the data decides and which TVM's
+    Relax has (`R.nonzero`, `R.unique`) though its importer has no entry for them (custom
+    convert map entries). As the importer writes `masked_select`: the op, then its value given
+    a shape by `R.match_cast`, the size a variable named as torch.export names it (`u0`)."""
+    return {"nonzero.default": _nonzero, "_unique2.default": _unique}
+
+
+def _nonzero(node, importer: ExportedProgramImporter):
+    """`torch.nonzero(x)`: the indices of the nonzero elements, one row each."""
+    x = importer.env[node.args[0]]
+    rows = _size(node.meta["val"].shape[0])
+    found = importer.block_builder.emit(relax.op.nonzero(x))  # one row per dimension
+    found = importer.block_builder.match_cast(
+        found, relax.TensorType([len(importer.shape_of(x)), rows], "int64")
+    )
+    return importer.block_builder.emit(relax.op.permute_dims(found, [1, 0]))
+
+
+def _unique(node, importer: ExportedProgramImporter):
+    """`torch.unique(x, sorted, return_inverse, return_counts)` (ATen's `_unique2`): the values,
+    the inverse indices and the counts, an empty tensor for each not asked for."""
+    x = importer.env[node.args[0]]
+    given = dict(zip(("sorted", "return_inverse", "return_counts"), node.args[1:], strict=False))
+    given.update(node.kwargs)
+    inverse, counts = given.get("return_inverse", False), given.get("return_counts", False)
+    bb = importer.block_builder
+    found = bb.emit(relax.op.unique(x, given.get("sorted", True), False, inverse, counts, None))
+    items = (
+        [found]
+        if not (inverse or counts)
+        else [bb.emit(relax.TupleGetItem(found, i)) for i in range(1 + inverse + counts)]
+    )
+    size = _size(node.meta["val"][0].shape[0])
+    values = bb.match_cast(items[0], relax.TensorType([size], x.ty.dtype))
+    nothing = relax.const(np.zeros((0,), "int64"))
+    outputs = [values, nothing, nothing]
+    if inverse:
+        outputs[1] = bb.emit(relax.op.reshape(items[1], importer.shape_of(x)))
+    if counts:
+        outputs[2] = bb.match_cast(items[-1], relax.TensorType([size], "int64"))
+    return bb.emit(relax.Tuple(outputs))
+
+
+def _size(size):
+    """A size of a fake tensor as Relax writes it: a number, or a variable of its name."""
+    return size if isinstance(size, int) else tvm.tirx.Var(str(size), "int64")
+
+
 def _proven(claim, bounds: dict[str, tuple[int, int | None]]) -> bool:
     """Whether `claim` holds for every value its dynamic dimensions may take."""
     if isinstance(claim, bool):
@@ -74,27 +128,45 @@ def _proven(claim, bounds: dict[str, tuple[int, int | None]]) -> bool:
     analyzer = tvm.sym.Analyzer()
     for var in tvm.tirx.analysis.undefined_vars(claim):
         lower, upper = bounds.get(var.name, (0, None))
-        if upper is not None:
+        if lower is not None and upper is not None:
             analyzer.bind(var, tvm.ir.Range(lower, upper + 1))
     return analyzer.can_prove(claim)
 
 
 def check_known_shapes(func: relax.Function, exported, model: str) -> None:
     """Raise `ModelImportError` at the first binding whose shape TVM cannot tell (nothing from
-    there on could be lowered), naming it and the dynamic dimensions its operands have."""
+    there on could be lowered), naming it and the dynamic dimensions its operands have.
+
+    A value whose shape only the data decides is no such binding when it is given a shape at
+    once, by `R.match_cast` alone (TVM's importer writes `R.nonzero` so, in a masked_select: the
+    size is read when it runs, as a new variable)."""
     bounds = bounds_of(exported)
     if not bounds:
         return
+    cast = _recast_only(func)
     for block in func.body.blocks:
         for binding in block.bindings:
             ty = binding.var.ty
-            if isinstance(ty, relax.TensorType) and ty.shape is None:
+            if isinstance(ty, relax.TensorType) and ty.shape is None and binding.var not in cast:
                 dims = _dynamic_dims(binding.value, exported)
                 raise ModelImportError(
                     f"{model} cannot be dynamic in {dims or 'these dimensions'}: TVM cannot tell "
                     f"the shape of {describe(binding)}, so it cannot compile it; give "
                     "dynamic_shapes only for dimensions the model can vary, or none"
                 )
+
+
+def _recast_only(func: relax.Function) -> set:
+    """The variables of `func` that nothing reads but an `R.match_cast`."""
+    cast, read = set(), set()
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.MatchCast) and isinstance(binding.value, relax.Var):
+                cast.add(binding.value)
+            else:
+                read.update(relax.analysis.free_vars(binding.value))
+    read.update(relax.analysis.free_vars(func.body.body))
+    return cast - read
 
 
 def _dynamic_dims(value, exported) -> str:

@@ -32,11 +32,12 @@ from typing import Any
 
 import torch
 import tvm
+import tvm_ffi
 from torch.utils import _pytree as pytree
 from tvm import relax
 from tvm.ir import GlobalVar
 
-from ...errors import CallError, ModelImportError, native_stderr_silenced
+from ...errors import CallError, ModelImportError, last_reason, native_stderr_silenced
 from ..live.cells import PRIMFUNC, PYFUNC, RELAX, FunctionSource
 from ..live.contributions import (
     Contribution,
@@ -46,7 +47,7 @@ from ..live.contributions import (
     pyfunc_entry,
 )
 from ..live.pyfunc_loader import CellGlobals, load_pyfunc, register_cell_text, runtime_pyfunc_source
-from .dynamic_shapes import bounded_slices, check_known_shapes
+from .dynamic_shapes import bounded_slices, check_known_shapes, data_dependent_ops
 from .import_failures import export_failure, stderr_kept_if_it_works, translation_failure
 from .input_writes import with_input_writes, written_inputs
 from .model_repairs import repair_imported
@@ -319,8 +320,6 @@ def import_torch(
     TVM's own (`{op name: converter(node, importer)}`). `translate_first(exported, name,
     model name, custom_convert_map)` translates the exported program before this process does
     (the build worker, with --isolate: a crash there is the import's error)."""
-    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
-
     if not isinstance(name, str) or not name.isidentifier():
         raise CallError(f"add_torch: `{name}` is not a valid function name")
     exported = _exported(model, example_args, dynamic_shapes)
@@ -330,15 +329,15 @@ def import_torch(
         exported.state_dict[key] = value.detach().clone()
     if translate_first is not None:
         translate_first(exported, name, type(model).__name__, custom_convert_map)
-    importer = ExportedProgramImporter()
     try:
-        mod, found = translate(importer, exported, name, type(model).__name__, custom_convert_map)
+        importer, mod, found = translate(exported, name, type(model).__name__, custom_convert_map)
     except ModelImportError:  # an op that cannot come in even as a PyTorch call: said already
         raise
-    except Exception as err:  # the importer raises on ops it has no translation for
-        raise translation_failure(model, err, exported, importer.env) from err
+    except TranslationFailed as failed:
+        raise translation_failure(model, failed.error, exported, failed.env) from failed.error
     translated = importer.env
-    func = mod["main"].with_attr("global_symbol", name)
+    made = _named_after(mod, name)
+    func = made.pop(name)
     check_known_shapes(func, exported, type(model).__name__)
     before_binding_params = importer.block_builder.get()["main"]
     bindings = _binding_nodes(func, translated.first)
@@ -351,8 +350,101 @@ def import_torch(
         _constant_names(before_binding_params, func, exported),
         brought=model if is_program else None,
     )
-    functions = tvm.IRModule({name: func, **pyfunc_externs(found)})
-    return ImportedModel(functions, origin, [found.notice(name)] if found.regions else [])
+    functions = tvm.IRModule({name: func, **made, **pyfunc_externs(found)})
+    return ImportedModel(functions, origin, found.notices(name))
+
+
+class TranslationFailed(Exception):
+    """TVM's importer raised `error` where no PyTorch call can stand in; `env` is what it
+    translated before (FX node -> Relax value)."""
+
+    def __init__(self, error: Exception, env: Mapping):
+        super().__init__(str(error))
+        self.error, self.env = error, env
+
+
+def translate(exported, name: str, model_name: str, custom_convert_map=None):
+    """TVM's `ExportedProgramImporter` on `exported`, as `import_torch` runs it: bounded slices,
+    the data-dependent ops it lacks, the user's converters, and as PyTorch calls the ops it
+    cannot translate or translates wrong. A node one of TVM's own converters fails on runs as a
+    PyTorch call too: the translation starts again with it among them. Returns the importer,
+    the module and those calls (`Fallbacks`); raises `TranslationFailed` (or a
+    `ModelImportError` for a call that cannot be made)."""
+    from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
+
+    refused: dict[str, str] = {}  # node name -> what TVM's converter raised
+    failure = None  # what it raised last, and what it had translated then
+    while True:
+        importer = ExportedProgramImporter()
+        importer.env = _Translated()
+        for op, convert in bounded_slices(exported).items():
+            importer.convert_map[op] = functools.partial(convert, importer=importer)
+        for op, convert in data_dependent_ops().items():  # unless TVM translates them itself
+            importer.convert_map.setdefault(op, functools.partial(convert, importer=importer))
+        if custom_convert_map:
+            importer.update_convert_map(custom_convert_map)
+        try:
+            found = fallbacks(exported, importer.convert_map, name, model_name, refused)
+        except ModelImportError:
+            if failure is None:
+                raise
+            raise TranslationFailed(*failure) from failure[0]  # no call can stand in: TVM's word
+        install(importer, found)
+        converting = _watched(importer)
+        try:
+            mod = importer.from_exported_program(exported, False, True, False, custom_convert_map)
+            return importer, mod, found
+        except ModelImportError:
+            raise
+        except Exception as err:  # TVM's converters raise any type on a node they cannot take
+            node = converting.get("node")
+            own = custom_convert_map or {}
+            if node is None or node.name in refused or node.target.__name__ in own:
+                raise TranslationFailed(err, importer.env) from err
+            refused[node.name] = last_reason(err)
+            failure = (err, importer.env)
+
+
+def _watched(importer) -> dict:
+    """`{"node": the FX node a converter of `importer` is translating}`, kept up to date (left
+    set when the converter raises)."""
+    current: dict = {}
+
+    def watch(convert):
+        def converting(node, *rest):
+            current["node"] = node
+            value = convert(node, *rest)
+            current.pop("node", None)
+            return value
+
+        return converting
+
+    for op, convert in list(importer.convert_map.items()):
+        importer.convert_map[op] = watch(convert)
+    return current
+
+
+def _named_after(mod: tvm.IRModule, name: str) -> dict[str, relax.Function]:
+    """The importer's functions by the names they take in the live module: `main` as `name`,
+    the others it made (the branches of a `torch.cond`) as `<name>_<theirs>`, so that two
+    models' never clash; the calls between them follow."""
+    renamed = {
+        gv.name_hint: name if gv.name_hint == "main" else f"{name}_{gv.name_hint}"
+        for gv in mod.get_global_vars()
+    }
+    if len(renamed) == 1:
+        return {name: mod["main"].with_attr("global_symbol", name)}
+    typed = {new: typed_global_var(new, mod[old]) for old, new in renamed.items()}
+
+    def call(gv, _mutator):
+        return typed.get(renamed.get(gv.name_hint, ""), gv)
+
+    return {
+        new: tvm_ffi.structural_mutate(mod[old], [(GlobalVar, call)]).with_attr(
+            "global_symbol", new
+        )
+        for old, new in renamed.items()
+    }
 
 
 def _exported(model: Any, example_args: Any, dynamic_shapes: Any):
@@ -390,21 +482,6 @@ def _exported(model: Any, example_args: Any, dynamic_shapes: Any):
         raise export_failure(model, err) from err
 
 
-def translate(importer, exported, name: str, model_name: str, custom_convert_map=None):
-    """TVM's `importer` (an `ExportedProgramImporter`) on `exported`, as `import_torch` runs it:
-    bounded slices, the user's converters, the ops it lacks as PyTorch calls. Returns the
-    module and those calls (`Fallbacks`); raises what the importer raises."""
-    importer.env = _Translated()
-    for op, convert in bounded_slices(exported).items():
-        importer.convert_map[op] = functools.partial(convert, importer=importer)
-    if custom_convert_map:
-        importer.update_convert_map(custom_convert_map)
-    found = fallbacks(exported, importer.convert_map, name, model_name)
-    install(importer, found)
-    mod = importer.from_exported_program(exported, False, True, False, custom_convert_map)
-    return mod, found
-
-
 class _Translated(dict):
     """The importer's environment (FX node -> Relax value), remembering each node's value as
     its own translation gave it: an in-place write (`h[:, 0] = 0`, a `copy_`) later makes the
@@ -431,7 +508,8 @@ def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, No
     The importer emits bindings in FX order and records, for each node, the
     last var it emitted: every binding up to and including that var, not yet
     claimed, belongs to the node. Bindings after the last node's (the output
-    tuple) belong to none and are left out: never guessed.
+    tuple) belong to none and are left out: never guessed. A node whose value is memory never
+    written (`torch.empty`) has no value to compare with: its binding is not its value.
     """
     nodes_of: dict[Any, list] = {}  # var -> the nodes whose value it is, in FX order
     for node, value in env.items():
@@ -446,12 +524,37 @@ def _binding_nodes(func: relax.Function, env: Mapping[Any, Any]) -> dict[str, No
             first, aliases = nodes[0], tuple(n.name for n in nodes[1:])
             site = site_of(first)
             for var in pending:
-                exact = var.same_as(binding.var)
+                exact = var.same_as(binding.var) and not _unwritten(first)
                 found[var.name] = NodeRef(
                     first.name, str(first.target), exact, aliases if exact else (), site
                 )
             pending = []
     return found
+
+
+# ATen ops whose value is memory they never write (what PyTorch holds there is any bytes), and
+# ops whose value is (a part of) some of their inputs', by position: views, copies, part writes
+_UNWRITTEN = frozenset({"empty", "empty_like", "empty_permuted", "empty_strided", "new_empty"})
+_VIEWS = ("slice", "select", "view", "reshape", "permute", "transpose", "expand", "alias")
+_CARRIED = {
+    **dict.fromkeys((*_VIEWS, "squeeze", "unsqueeze", "clone", "narrow", "_unsafe_view"), (0,)),
+    "copy": (1,),
+    "slice_scatter": (0, 1),
+    "select_scatter": (0, 1),
+}
+
+
+def _unwritten(node) -> bool:
+    """Whether `node`'s value holds memory never written: an `empty`, or a view, copy or part
+    write of such a value (a circular pad writes its border in pieces, from itself)."""
+    op = str(getattr(node.target, "__name__", "")).split(".")[0]
+    if op in _UNWRITTEN:
+        return True
+    return any(
+        isinstance(node.args[i], torch.fx.Node) and _unwritten(node.args[i])
+        for i in _CARRIED.get(op, ())
+        if i < len(node.args)
+    )
 
 
 def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:

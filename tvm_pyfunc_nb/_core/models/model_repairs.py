@@ -10,6 +10,12 @@ function and gives a notice line naming the binding it changed:
   not count a negative index from the end: it reads outside the tensor
   (LSTM, GRU: wrong numbers). A take with a negative constant index gets
   `mode="wrap"`, which does, once each index is checked to be in range.
+- A product of two bool tensors (a mask times a mask: what `torch.isfinite` and
+  `torch.logaddexp` decompose into) does not compile for llvm ("Check failed:
+  t.MatchesCode(kDLFloat)"). It becomes `R.logical_and`, which is the same.
+- `R.not_equal` of floats says a NaN equals everything (LLVM's ordered `one`),
+  where PyTorch, like IEEE 754, says it equals nothing: `x != x` finds no NaN.
+  It becomes `R.logical_not(R.equal(...))`, which says so.
 
 What no repair covers fails loudly: a constant index out of range raises
 here, a bad index at run time stops the kernel's bounds guard (`CallError`).
@@ -25,6 +31,7 @@ from ...errors import ModelImportError
 from ..live.editing import describe
 from ..run.guard_sites import binding_text
 
+_FLOATS = ("float", "bfloat")
 _SCANS = {"relax.cumsum": relax.op.cumsum, "relax.cumprod": relax.op.cumprod}
 
 
@@ -60,6 +67,18 @@ class _Repairer(PyExprMutator):
             return self._scan(call, op)
         if op == "relax.take":
             return self._take(call)
+        if op == "relax.not_equal" and all(str(_dtype(a)).startswith(_FLOATS) for a in call.args):
+            self._note(
+                "a float R.not_equal is False at a NaN (PyTorch: True); now "
+                "R.logical_not(R.equal(...)), which is True there"
+            )
+            # the comparison a binding of its own: the binding keeps the node's value
+            equal = relax.op.equal(*call.args)
+            named = f"{self.binding.var.name}_equal"
+            return relax.op.logical_not(self.builder_.emit(equal, name_hint=named))
+        if op == "relax.multiply" and all(_dtype(a) == "bool" for a in call.args):
+            self._note("a product of bools does not compile for llvm; now R.logical_and")
+            return relax.op.logical_and(*call.args)
         return call
 
     def _scan(self, call: relax.Call, op: str) -> relax.Call:

@@ -3,7 +3,9 @@ comes in.
 
 TVM 0.27's `from_exported_program` refuses a whole model for one op it has no
 converter for (`torch.fft.rfft`, `torch.searchsorted`, `torch.cummax`,
-`torch.histc`...). Here each such node becomes a call to a pyfunc of the
+`torch.histc`...), or for one its converter fails on (an `index_put` of rows, a
+`slice_scatter` to the end); and it translates some ops wrong
+(`mistranslations.py`). Here each such node becomes a call to a pyfunc of the
 module (`R.call_py_func`) that runs the very same ATen op with PyTorch on the
 tensors TVM hands it (DLPack: the same memory), its output's shape and dtype
 from the node's `meta["val"]`. A node whose value TVM cannot hold (a complex
@@ -30,6 +32,7 @@ from tvm import relax
 
 from ...errors import ModelImportError
 from ..live.contributions import pyfunc_extern
+from .mistranslations import mistranslation
 
 
 @dataclass
@@ -40,56 +43,111 @@ class Region:
     inputs: list = field(default_factory=list)  # fx Nodes outside it that it reads
     outputs: list = field(default_factory=list)  # its nodes read outside it (or returned)
     pyfunc: str = ""
+    why: str = ""  # why TVM's translation of its first node is not used ("": it has none)
 
     @property
     def op(self) -> str:
         return str(self.nodes[0].target)
 
+    @property
+    def kind(self) -> str:
+        """What TVM's importer does with its op: `cannot translate`, `fails on`, `translates
+        wrong`."""
+        return self.why.split(":")[0] if self.why else CANNOT
+
+
+CANNOT, FAILS_ON, WRONG = "cannot translate", "fails on", "translates wrong"
+
 
 @dataclass
 class Fallbacks:
-    """The regions of one model, their pyfuncs' source text by name, and the notice to give."""
+    """The regions of one model, their pyfuncs' source text by name, and the notices to give."""
 
     regions: list[Region]
     sources: dict[str, str]
+    wrong: list[Region] = field(default_factory=list)  # translated wrong, left to TVM
 
-    def notice(self, function: str) -> str:
-        """`main runs 2 ops TVM's importer cannot translate as PyTorch calls: ...`"""
-        counts = Counter(r.op for r in self.regions)
-        pyfuncs: dict[str, list[str]] = {}
-        for region in self.regions:
-            pyfuncs.setdefault(region.op, []).append(region.pyfunc)
-        ops = "; ".join(f"{op} ×{n} (pyfunc {', '.join(pyfuncs[op])})" for op, n in counts.items())
-        what = "an op" if len(counts) == 1 else f"{len(counts)} ops"
-        return f"{function} runs {what} TVM's importer cannot translate as PyTorch calls: {ops}"
+    def notices(self, function: str) -> list[str]:
+        """`main runs 2 ops TVM's importer cannot translate as PyTorch calls: ...`, and a line
+        for the ops it fails on, and one for those it translates wrong, each saying why; and
+        one for each node TVM translates wrong that cannot run as a PyTorch call."""
+        lines = []
+        for kind in (CANNOT, FAILS_ON, WRONG):
+            regions = [r for r in self.regions if r.kind == kind]
+            if regions:
+                lines.append(_notice(function, kind, regions))
+        return lines + [
+            f"{function}: TVM's importer translates node `{r.nodes[0].name}` ({r.op}) wrong"
+            f"{_told(r)}, and it cannot run as a PyTorch call: its numbers may not be PyTorch's"
+            for r in self.wrong
+        ]
 
 
-def fallbacks(exported, convert_map: dict, function: str, model: str) -> Fallbacks:
+def _notice(function: str, kind: str, regions: list[Region]) -> str:
+    counts = Counter(r.op for r in regions)
+    about: dict[str, list[str]] = {}
+    for region in regions:
+        about.setdefault(region.op, []).append(region.pyfunc)
+    whys = {r.op: r.why.split(": ", 1)[1] for r in regions if r.why}
+    ops = "; ".join(
+        f"{op} ×{n} (pyfunc {', '.join(about[op])}" + (f": {whys[op]})" if op in whys else ")")
+        for op, n in counts.items()
+    )
+    what = "an op" if len(counts) == 1 else f"{len(counts)} ops"
+    return f"{function} runs {what} TVM's importer {kind} as PyTorch calls: {ops}"
+
+
+def fallbacks(
+    exported, convert_map: dict, function: str, model: str, refused: dict[str, str] | None = None
+) -> Fallbacks:
     """Every node of `exported` whose op TVM's importer has no converter for (`convert_map`, by
-    `target.__name__` as the importer looks it up), grouped into regions with a pyfunc each;
-    a `ModelImportError` (naming `model`) for a region that cannot run as a PyTorch call."""
+    `target.__name__` as the importer looks it up), whose converter failed (`refused`: node
+    name -> TVM's error) or translates it wrong (`mistranslation`), grouped into regions with a
+    pyfunc each; a `ModelImportError` (naming `model`) for a region that cannot run as a
+    PyTorch call."""
     nodes = list(exported.graph.nodes)
-    missing = [
-        n
+    why = {
+        n: reason
         for n in nodes
         if n.op == "call_function"
         and isinstance(n.target, torch._ops.OpOverload)
-        and n.target.__name__ not in convert_map
-    ]
+        and (reason := _why(n, convert_map, refused or {})) is not None
+    }
     position = {n: i for i, n in enumerate(nodes)}
     regions: list[Region] = []
     taken: set = set()
-    for node in missing:
+    for node, reason in why.items():
         if node not in taken:
             region = _region(node, position, nodes)
+            region.why = reason
             taken.update(region.nodes)
             regions.append(region)
     sources: dict[str, str] = {}
+    kept: list[Region] = []
+    left: list[Region] = []
     for region in regions:
-        _connect(region, model)
+        try:
+            _connect(region, model)
+        except ModelImportError:
+            if region.kind != WRONG:
+                raise
+            left.append(region)  # TVM's translation stays: the notice says it is wrong
+            continue
+        kept.append(region)
         region.pyfunc = _pyfunc_name(function, region, sources)
         sources[region.pyfunc] = _pyfunc_source(region.pyfunc, function, region)
-    return Fallbacks(regions, sources)
+    return Fallbacks(kept, sources, left)
+
+
+def _why(node, convert_map: dict, refused: dict[str, str]) -> str | None:
+    """Why `node` runs as a PyTorch call ("": TVM's importer has no converter for it), or
+    None if TVM translates it."""
+    if node.target.__name__ not in convert_map:
+        return ""
+    if node.name in refused:
+        return f"{FAILS_ON}: {refused[node.name]}"
+    wrong = mistranslation(node)
+    return f"{WRONG}: {wrong}" if wrong else None
 
 
 def _region(start, position: dict, nodes: list) -> Region:
@@ -137,8 +195,8 @@ def _connect(region: Region, model: str) -> None:
         if not isinstance(node.meta.get("val"), torch.Tensor):
             raise ModelImportError(
                 f"{model} cannot come in: node `{region.nodes[0].name}` ({region.op}), which "
-                f"TVM's importer cannot translate, reads `{node.name}`, which is not a tensor, "
-                "so it cannot run as a PyTorch call either"
+                f"TVM's importer {region.kind}{_told(region)}, reads `{node.name}`, which is not "
+                "a tensor, so it cannot run as a PyTorch call either"
             )
     known = {str(d) for n in region.inputs for d in n.meta["val"].shape if not isinstance(d, int)}
     for node in region.outputs:
@@ -152,6 +210,10 @@ def _connect(region: Region, model: str) -> None:
                     "which its inputs' sizes do not tell (it depends on the data), and a PyTorch "
                     "call inside TVM must say its size before it runs"
                 )
+
+
+def _told(region: Region) -> str:
+    return f" ({region.why.split(': ', 1)[1]})" if region.why else ""
 
 
 def _holdable(node) -> bool:
@@ -221,8 +283,11 @@ def _pyfunc_source(name: str, function: str, region: Region) -> str:
     readers = ", ".join(dict.fromkeys(str(n.target) for n in region.nodes[1:]))
     also = f" (and what reads its value, which TVM cannot hold: {readers})" if readers else ""
     signature, rest = _body(region).split("\n", 1)
-    doc = f"`{function}`'s {region.op}{also}, run by PyTorch: TVM's importer cannot translate it."
-    return f'@I.pyfunc\ndef {name}{signature}\n    """{doc}"""\n{rest}'
+    said = {CANNOT: "cannot translate it", FAILS_ON: "fails on it", WRONG: "translates it wrong"}
+    doc = f"`{function}`'s {region.op}{also}, run by PyTorch: TVM's importer {said[region.kind]}"
+    if region.kind == WRONG:
+        doc += f" ({region.why.split(': ', 1)[1]})"
+    return f'@I.pyfunc\ndef {name}{signature}\n    """{doc}."""\n{rest}'
 
 
 def _literal(value, names: dict) -> str:

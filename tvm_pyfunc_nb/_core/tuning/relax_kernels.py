@@ -32,7 +32,7 @@ from tvm import relax
 
 from ...errors import ScheduleError, last_reason
 from ..build import trust
-from ..build.cpu_schedules import checked_schedule_of, vector_unit
+from ..build.cpu_schedules import checked_schedule_of
 from ..build.kernel_schedules import KernelSchedules, tunable, workload
 from ..build.tuning_records import IN_MEMORY, WORKLOAD, kept_trials
 from ..feature_checks import warn_unless_kept
@@ -238,7 +238,7 @@ def default_schedule(
     kernel that schedule fails on, and every kernel of `--pipeline default` (`scheduled` off)
     as the pipeline made it (an empty trace)."""
     if scheduled and target.kind.name == "llvm":
-        sch, _ = checked_schedule_of(mod, vector_unit(target))
+        sch, _ = checked_schedule_of(mod, target)
         if sch is not None:
             return sch
     return tvm.s_tir.Schedule(mod)

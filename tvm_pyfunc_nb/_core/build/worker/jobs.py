@@ -197,7 +197,6 @@ class Translate:
 
     def run(self, log: StageLog) -> None:
         import torch
-        from tvm.relax.frontend.torch.exported_program_translator import ExportedProgramImporter
 
         from ...models.importing import translate
 
@@ -208,7 +207,7 @@ class Translate:
             import cloudpickle
 
             converters = cloudpickle.loads(self.converters)
-        translate(ExportedProgramImporter(), exported, self.name, self.model_name, converters)
+        translate(exported, self.name, self.model_name, converters)
 
 
 @dataclass(frozen=True)
@@ -219,6 +218,7 @@ class RunReport:
     outputs: list[np.ndarray]
     passes: tuple[PassRun, ...]
     snapshots: dict[PassKey, tuple[str, str]]
+    inputs: list[np.ndarray] = field(default_factory=list)  # after the run: what it wrote into
 
 
 @dataclass(frozen=True)
@@ -248,8 +248,10 @@ class BuildAndRun:
         log.stage("run")
         device = device_of(self.options.device)
         vm = linked.vm(device)
-        out = vm[self.function](*[tvm.runtime.tensor(a, device) for a in self.inputs])
-        return RunReport(_flat_numpy(out), tuple(passes.runs), passes.snapshots)
+        arguments = [tvm.runtime.tensor(a, device) for a in self.inputs]
+        out = vm[self.function](*arguments)
+        after = [a.numpy() for a in arguments]
+        return RunReport(_flat_numpy(out), tuple(passes.runs), passes.snapshots, after)
 
 
 def _flat_numpy(value) -> list[np.ndarray]:
