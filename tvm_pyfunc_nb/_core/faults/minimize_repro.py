@@ -24,7 +24,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..build.offload import NONE
-from ..build.pipelines import AUTO_PIPELINE, COMPLETE_PIPELINES, TARGET_PIPELINE
+from ..build.pipelines import (
+    AUTO_PIPELINE,
+    EXACT_PIPELINES,
+    FUSED_PIPELINE,
+    TARGET_PIPELINE,
+)
 from ..build.worker.pass_log import PIPELINE
 from .bisect_repro import repro_of as bisect_repro_of
 from .cut_judging import unchanged
@@ -150,14 +155,14 @@ def pipeline_text(name: str | None) -> str | None:
     from tvm.relax.pipeline import PIPELINE_MAP
 
     name = name or AUTO_PIPELINE
-    if name == AUTO_PIPELINE:
-        name = "default"  # what tvm.compile picks on a CPU
-    if name == TARGET_PIPELINE:
+    if name in (AUTO_PIPELINE, FUSED_PIPELINE, TARGET_PIPELINE):
+        # TVM's own pipeline for the target (on a CPU, `fused` without this package's batch-norm
+        # folding and HWIO convolution weights, which change no op's numbers but their rounding)
         return "relax.get_default_pipeline(TARGET)"
     maker = PIPELINE_MAP.get(name)
     if maker is None or not maker.__module__.startswith("tvm."):
         return None
-    if name in COMPLETE_PIPELINES:
+    if name in EXACT_PIPELINES:
         return f"relax.get_pipeline({name!r})"
     then = 'relax.get_pipeline("default")'
     return f"tvm.transform.Sequential([relax.get_pipeline({name!r}), {then}])"
