@@ -116,13 +116,22 @@ def public_names() -> list[str]:
     return sorted(names | set(INSTANCE_ATTRIBUTES))
 
 
+def first_output_saying(path: Path, patterns: dict[str, re.Pattern], as_seen=lambda t: t) -> str:
+    """Where an output of `path`, as `as_seen` makes it, first matches one of `patterns`
+    (`"cell 5 saves a thread count: '...'"`), or "" if none does."""
+    for n, cell in enumerate(cells(path)):
+        for text in map(as_seen, output_texts(cell)):
+            for what, pattern in patterns.items():
+                if found := pattern.search(text):
+                    around = text[max(0, found.start() - 60) : found.end() + 60]
+                    return f"cell {n} saves {what}: {around!r}"
+    return ""
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_saved_output_shows_a_machines_path(path):
-    for n, cell in enumerate(cells(path)):
-        for text in output_texts(cell):
-            found = MACHINE_PATH.search(text)
-            where = text[max(0, found.start() - 60) : found.end() + 60] if found else ""
-            assert found is None, f"{path.name} cell {n}: {where!r}"
+    found = first_output_saying(path, {"a path of this machine": MACHINE_PATH})
+    assert not found, f"{path.name} {found}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -166,20 +175,14 @@ def test_every_method_magic_and_attribute_of_the_cheat_sheet_is_taught():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_compared_output_depends_on_timing_or_the_machine(path):
-    for n, cell in enumerate(cells(path)):
-        for text in output_texts(cell):
-            compared = as_compared(text)
-            for what, pattern in MACHINE_DEPENDENT.items():
-                found = pattern.search(compared)
-                where = compared[max(0, found.start() - 60) : found.end() + 60] if found else ""
-                assert found is None, f"{path.name} cell {n} saves {what}: {where!r}"
+    found = first_output_saying(path, MACHINE_DEPENDENT, as_compared)
+    assert not found, f"{path.name} {found}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_saved_output_holds_colour_codes(path):
-    for n, cell in enumerate(cells(path)):
-        for text in output_texts(cell):
-            assert not ANSI.search(text), f"{path.name} cell {n}: a terminal's colour codes"
+    found = first_output_saying(path, {"a terminal's colour codes": ANSI})
+    assert not found, f"{path.name} {found}"
 
 
 def test_pending_attributes_are_in_the_cheat_sheet_and_pending_until_taught():
