@@ -29,7 +29,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies, to_torch
-from .tracing import linked_copy, unique_names
+from .tracing import held_apart, linked_copy, unique_names
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ def replay_of(func: relax.Function, known: Mapping[str, torch.Tensor]) -> Replay
         if names[binding.var] in known and isinstance(binding.var.ty, relax.TensorType):
             taps.append(names[binding.var])
             tapped.append(var)
+    rebound, tapped = held_apart(plain, rebound, tapped)  # values a later write leaves be
     body = relax.SeqExpr([relax.BindingBlock(rebound)], relax.Tuple(tapped))
     body = relax.BlockBuilder().normalize(body)
     copy = relax.Function([*plain.params, *params], body, None, plain.is_pure, plain.attrs)
