@@ -721,7 +721,8 @@ def test_trace_values_is_the_mappings_values(shell):
     assert len(values) == 3 and torch.equal(values[0], X6 * 2)
 
 
-IN_PLACE = """
+IN_PLACE_INTO = 'out_ty=R.Tensor((6,), "float32"), inplace_indices=[0]'
+IN_PLACE = f"""
 @T.prim_func
 def add_one(a: T.Buffer((6,), "float32")):
     for i in range(6):
@@ -732,10 +733,10 @@ def twice(x: R.Tensor((6,), "float32")) -> R.Tensor((6,), "float32"):
     cls = w
     with R.dataflow():
         y = R.multiply(x, R.const(2.0, "float32"))
-        z = R.call_tir_inplace(cls.add_one, (y,), out_ty=R.Tensor((6,), "float32"), inplace_indices=[0])
-        v = R.call_tir_inplace(cls.add_one, (z,), out_ty=R.Tensor((6,), "float32"), inplace_indices=[0])
+        z = R.call_tir_inplace(cls.add_one, (y,), {IN_PLACE_INTO})
+        v = R.call_tir_inplace(cls.add_one, (z,), {IN_PLACE_INTO})
         r = R.reshape(v, (2, 3))
-        u = R.call_tir_inplace(cls.add_one, (R.reshape(r, (6,)),), out_ty=R.Tensor((6,), "float32"), inplace_indices=[0])
+        u = R.call_tir_inplace(cls.add_one, (R.reshape(r, (6,)),), {IN_PLACE_INTO})
         R.output(u)
     return u
 """
