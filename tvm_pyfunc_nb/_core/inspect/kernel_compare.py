@@ -7,9 +7,11 @@ on a VM of its own under the instrument hook (as `profile` does), and each
 launch (a kernel, a PyTorch call, a pyfunc) runs on the reference's values
 of what it reads: before it runs, each input that holds the value of a
 binding with a reference value (the output of an earlier launch, or a view
-of one) is given that value. What it then writes is set against the
-reference value of the binding it computes (`Linked.sites`: the bindings
-fused into each call site, the last of them its output):
+of one) is given that value. Each output it then writes is set against the
+reference value of the binding it holds (`Linked.sites`: the bindings fused
+into each call site; the last of them is a kernel's one output, and a kernel
+with several, a split or a fused group, gives each binding the rest of the
+function reads, in order):
 
 - for a function from `add_torch(reference)`, the value of that binding's FX
   node in the PyTorch model;
@@ -18,7 +20,8 @@ fused into each call site, the last of them its output):
 
 So a kernel's check is about the error it adds, as an op's is in `compare`
 (comparing.py): more than the rounding of the ops fused into it (the largest
-reduction among them) is a divergence. The outputs are those of a plain call
+reduction among them) is a divergence. Rows name the bindings and PyTorch ops
+fused into each launch as `profile`'s rows do. The outputs are those of a plain call
 of the function. A divergence that is a NaN says where the first non-finite
 value comes from, as `trace(stop_at="nonfinite")` does.
 """
