@@ -721,6 +721,40 @@ def test_trace_values_is_the_mappings_values(shell):
     assert len(values) == 3 and torch.equal(values[0], X6 * 2)
 
 
+IN_PLACE_INTO = 'out_ty=R.Tensor((6,), "float32"), inplace_indices=[0]'
+IN_PLACE = f"""
+@T.prim_func
+def add_one(a: T.Buffer((6,), "float32")):
+    for i in range(6):
+        a[i] = a[i] + T.float32(1)
+
+@R.function
+def twice(x: R.Tensor((6,), "float32")) -> R.Tensor((6,), "float32"):
+    cls = w
+    with R.dataflow():
+        y = R.multiply(x, R.const(2.0, "float32"))
+        z = R.call_tir_inplace(cls.add_one, (y,), {IN_PLACE_INTO})
+        v = R.call_tir_inplace(cls.add_one, (z,), {IN_PLACE_INTO})
+        r = R.reshape(v, (2, 3))
+        u = R.call_tir_inplace(cls.add_one, (R.reshape(r, (6,)),), {IN_PLACE_INTO})
+        R.output(u)
+    return u
+"""
+
+
+@pytest.mark.parametrize("pipeline", [None, "default"])
+def test_a_value_written_over_in_place_is_traced_as_its_binding_made_it(shell, pipeline):
+    """`z = call_tir_inplace(add_one, (y,))` writes `z` into `y`'s memory: the trace showed `y`
+    as `z` (and `z` as what the next write made), not the value each binding made."""
+    shell.run(f"%%tvmmodule w{f' --pipeline {pipeline}' if pipeline else ''}\n{IN_PLACE}")
+    trace = shell.ns["w"].trace("twice", X6)
+    expected = {"y": X6 * 2, "z": X6 * 2 + 1, "v": X6 * 2 + 2, "u": X6 * 2 + 3}
+    for name, value in expected.items():
+        assert torch.equal(trace[name], value), (name, trace[name])
+    assert torch.equal(trace["r"], (X6 * 2 + 2).reshape(2, 3))  # a view the next write shares
+    assert torch.equal(trace.output, X6 * 2 + 3)
+
+
 # -- compare ---------------------------------------------------------------------------------
 def test_compare_gives_each_outputs_largest_errors_and_verdict(shell):
     shell.cell("c", PAIR)

@@ -65,3 +65,36 @@ def test_the_conv_schedule_gives_pytorchs_numbers(shape, target):
             assert "T.parallel" in lowered and "T.vectorized" in lowered, lowered[-3000:]
     finally:
         live.close()
+
+
+def test_the_conv_rewrites_keep_the_functions_binding_names():
+    """A folded convolution is named as the one it replaces, every other binding keeps its
+    name, and no name stands for another op than in the user's function (kernel compare,
+    profile and the graph take the user's names)."""
+    import tvm
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from tvm_pyfunc_nb._core.build.conv_rewrites import conv_weights_hwio, fold_batch_norms
+
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.bn1 = nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4)
+            self.c2, self.bn2 = nn.Conv2d(4, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.c1(x)))
+            return torch.relu(x[:, :1] + self.bn2(self.c2(y)))
+
+    x = torch.randn(1, 3, 8, 8)
+    mod = from_exported_program(torch.export.export(Two().eval(), (x,)))
+
+    def ops(m: tvm.IRModule) -> dict[str, str]:
+        bindings = [b for block in m["main"].body.blocks for b in block.bindings]
+        return {b.var.name: getattr(getattr(b.value, "op", None), "name", "") for b in bindings}
+
+    before, after = ops(mod), ops(conv_weights_hwio(fold_batch_norms(mod)))
+    assert len(after) == len(before) - 4  # the batch norms, the first conv bias and its reshape
+    convs = [n for n, op in before.items() if op == "relax.nn.conv2d"]
+    assert [n for n, op in after.items() if op == "relax.nn.conv2d"] == convs
+    assert all(before[n] == op or before[n] == "" for n, op in after.items()), (before, after)

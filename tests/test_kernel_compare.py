@@ -20,6 +20,7 @@ from tvm.relax.pipeline import PIPELINE_MAP
 
 from tvm_pyfunc_nb import CallError, LiveModule
 from tvm_pyfunc_nb._core.inspect.kernel_compare import PLAIN
+from tvm_pyfunc_nb._core.inspect.profiling import SHOWN, listed
 from tvm_pyfunc_nb._views import render
 
 HERE = os.path.basename(__file__)
@@ -219,3 +220,88 @@ def test_op_by_op_a_nan_divergence_names_the_binding_that_made_it_from_finite_in
     assert float(span.strip("[]").split(", ")[0]) >= 1.0  # relu(...) + 1: finite, at least 1
     assert "; the first non-finite value: `" in found.verdict()
     assert f"{HERE}:" in found.verdict()
+
+
+# -- kernels with several outputs, and rows named as profile's --------------------------------
+class Halves(torch.nn.Module):
+    """A split (one kernel, two outputs, fused with the relu before it) and a top-k (a kernel
+    that writes its values and indices through a library call)."""
+
+    def forward(self, x):
+        a, b = torch.relu(x).chunk(2, dim=1)
+        values, indices = torch.topk(x, 3)
+        return a * 2.0, b + 1.0, values, indices
+
+
+def scaled_first_split_output(mod, ctx):
+    """The split's first output one part in a thousand too large (its second is right)."""
+    functions = {}
+    for gv, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and "split" in gv.name_hint:
+            old = "T_split_intermediate[v_ax0, v_ax1] = compute_intermediate[v_ax0, v_ax1]"
+            text = func.script()
+            assert old in text
+            text = text.replace(old, f"{old} * T.float32(1.001)")
+            func = tvm.script.from_source(text).with_attrs(func.attrs)
+        functions[gv] = func
+    return tvm.IRModule(functions, attrs=mod.attrs)
+
+
+def test_each_output_of_a_kernel_with_several_is_compared():
+    """Only a launch's last argument was taken for its output: a split's and a top-k's had "no
+    reference value", and a fault in a split's first output was blamed on the next kernel."""
+    torch.manual_seed(0)
+    model, x = Halves(), torch.randn(3, 8)
+    right = LiveModule("halves")  # the default, fused pipeline
+    right.add_torch(model, (x,))
+    found = right.compare("main", model, x, by="kernel")
+    assert found.first_divergence is None and found.passed, repr(found)
+    assert all(c.diff is not None and c.diff.passed for c in found.checks), repr(found)
+    compared = {c.kernel: [b for b, _ in c.outputs] for c in found.checks}
+    split = next(k for k in compared if "split" in k)
+    assert len(compared[split]) == 2 and len(compared["topk"]) == 2, compared
+    right.close()
+
+    planted = "test_scaled_split"
+    PIPELINE_MAP[planted] = lambda: tvm.transform.Sequential(
+        [
+            relax.get_pipeline("zero"),
+            tvm.transform.module_pass(scaled_first_split_output, 0, "ScaledSplit"),
+        ]
+    )
+    try:
+        wrong = LiveModule("scaled", pipeline=planted)
+        wrong.add_torch(model, (x,))
+        found = wrong.compare("main", model, x, by="kernel")
+        first = found.first_divergence
+        assert first is not None and "split" in first.kernel, repr(found)
+        (first_output, second_output) = first.outputs
+        assert not first_output[1].passed and second_output[1].passed
+        assert first.binding == first_output[0]
+        assert found.verdict().startswith(f"first divergence: kernel `{first.kernel}`")
+        wrong.close()
+    finally:
+        PIPELINE_MAP.pop(planted, None)
+
+
+class Chain(torch.nn.Module):
+    def forward(self, x):
+        return torch.sigmoid(torch.relu(x * 2.0 + 1.0) * 3.0 - 1.0) + 2.0
+
+
+def test_kernel_rows_name_the_fused_bindings_and_pytorch_ops_as_profile_rows_do():
+    model, x = Chain(), torch.randn(4, 8)
+    live = LiveModule("chain")
+    live.add_torch(model, (x,))
+    found = live.compare("main", model, x, by="kernel")
+    profiled = {r.kernel: r for r in live.profile("main", x, number=1, repeat=1).rows}
+    (check,) = [c for c in found.checks if len(c.bindings) > SHOWN]
+    (row,) = [r for r in found.kernel_rows() if r[0] == check.kernel]
+    header = found.kernel_header()
+    assert header[:4] == ("kernel", "bindings", "PyTorch ops", "compared with")
+    more = len(check.bindings) - SHOWN
+    assert row[1] == listed(check.bindings) and row[1].endswith(f"(+{more} more)")
+    assert row[2] == listed(check.ops) and "sigmoid" in row[2]
+    assert check.bindings == profiled[check.kernel].bindings  # all kept, as profile's
+    assert check.ops == profiled[check.kernel].ops
+    live.close()

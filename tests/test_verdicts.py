@@ -17,6 +17,7 @@ import re
 import pytest
 import torch
 import transformers
+from op_corpus import CASES
 from real_models import ZOO
 
 from tvm_pyfunc_nb import LiveModule
@@ -167,6 +168,35 @@ def test_an_error_planted_in_one_op_of_bert_is_flagged_at_that_op_and_not_before
     binding = binding_of(live, "encoder.layer.1.intermediate.dense", "aten.addmm.default")
     shell.run(planted(live, binding), cell_id="plant")
     assert_flagged_at(live, model, args, binding)
+
+
+def test_a_model_in_training_mode_shows_no_divergence_and_compare_leaves_its_buffers_be():
+    """A batch norm in training mode updates its running statistics on each call: compare's own
+    run of the model once moved them, and the ops that compute them (`num_batches_tracked + 1`)
+    were then judged against the next step's values (op_corpus's `batch_norm_train`)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).train()
+    x = torch.randn(2, 3, 8, 8)
+    before = {name: b.clone() for name, b in model.named_buffers()}
+    assert_no_flag(model, (x,))
+    for name, buffer in model.named_buffers():
+        assert torch.equal(buffer, before[name]), name
+
+
+def test_a_size_read_from_data_compares_op_by_op():
+    """`x[:k]` with `k = n.item()`: the slice's shape `T.min(k, 8)` is a size the function
+    computes. Replayed on PyTorch's values, it was a parameter's shape, checked on entry before
+    `k` was known, and the replay did not compile (op_corpus's `item_length`). `--pipeline
+    default`: TVM 0.27's FuseOps fails on a `T.min` shape, in the call itself."""
+    model, args = CASES["item_length"].build()
+    live = LiveModule("item", pipeline="default")
+    try:
+        live.add_torch(model, args)
+        comparison = live.compare("main", model, *args)
+        assert comparison.passed and comparison.first_divergence is None, repr(comparison)
+        compared = [c.op for c in comparison.ops if c.diff is not None]
+        assert compared == ["strided_slice", "multiply"], repr(comparison.full())
+    finally:
+        live.close()
 
 
 # -- the whole corpus: make verdicts ---------------------------------------------------------

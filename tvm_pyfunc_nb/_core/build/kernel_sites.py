@@ -54,13 +54,20 @@ class KernelSites:
 
 @tvm.ir.instrument.pass_instrument
 class _Recorder:
-    """Keeps the module after the first legalization and around each `FuseTIR`."""
+    """Keeps the module the pipeline is given, the one before and after the first legalization,
+    and those around each `FuseTIR`."""
 
     def __init__(self):
+        self.given: tvm.IRModule | None = None
+        self.rewritten: tvm.IRModule | None = None  # what the first legalization is given
         self.legalized: tvm.IRModule | None = None
         self.fusions: list[tuple[tvm.IRModule, tvm.IRModule | None]] = []
 
     def run_before_pass(self, mod, info) -> None:
+        if self.given is None:
+            self.given = mod
+        if info.name == LEGALIZE and self.rewritten is None:
+            self.rewritten = mod
         if info.name == FUSE_TIR and self.legalized is not None:
             self.fusions.append((mod, None))
 
@@ -107,6 +114,7 @@ def _sites(recorder: _Recorder) -> KernelSites:
         # trace and the script give them (`h`, `h_1` where the text binds `h` twice)
         variables = [b.var for b in _bindings(func)]
         names = {var: (name,) for var, name in zip(variables, unique_names(variables), strict=True)}
+        names.update(_made_anew(recorder.given, recorder.rewritten, name))
         final = legalized
         for before, after in recorder.fusions:
             if after is None or name not in before or name not in after:
@@ -196,6 +204,34 @@ class _Stage:
                 entry[0] = None
                 return var
         return None
+
+
+def _made_anew(given, rewritten, name: str) -> dict:
+    """The variables that the passes before legalization made anew (a convolution whose
+    weights a batch norm was folded into: `fold_batch_norms`), each -> the user's binding of
+    the same op on the same variables, if any. Their own names are the normalizer's, which
+    may be any other binding's of the user's text."""
+    if given is None or rewritten is None or name not in given or name not in rewritten:
+        return {}
+    theirs = _bindings(given[name])
+    kept = {b.var for b in theirs}
+    calls: dict = {}  # (op, variable arguments) -> the user's bindings of it, unclaimed
+    for binding in theirs:
+        calls.setdefault(_op_call(binding.value, kept), []).append(binding.var)
+    found = {}
+    for binding in _bindings(rewritten[name]):
+        if binding.var not in kept:
+            same = calls.get(_op_call(binding.value, kept)) or []
+            found[binding.var] = (same.pop(0).name,) if same else ()
+    return found
+
+
+def _op_call(value, kept: set) -> tuple | None:
+    """`(op name, (each argument if one of the user's variables, else None))` of an op's call
+    (a weight is a constant, or a new variable where its layout changed), else None."""
+    if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
+        return None
+    return value.op.name, tuple(a if a in kept else None for a in value.args)
 
 
 def _kernel_call(value, arg) -> tuple[str, tuple] | None:

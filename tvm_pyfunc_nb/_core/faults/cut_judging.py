@@ -31,8 +31,9 @@ from ...errors import WorkerCrash, reason_sentence
 from ..build.worker.pass_log import PassRun
 from ..build.worker.process import Crash
 from ..inspect.comparing import difference, error_cells, values_summed
+from ..inspect.tracing import written_in_place
 from ..module_parts import ModuleParts
-from .cutting import BINDING, Cut, DataflowCut, module_of, written_in_place
+from .cutting import BINDING, Cut, DataflowCut, module_of
 from .isolation import in_worker
 from .reference_run import ReferenceValues
 

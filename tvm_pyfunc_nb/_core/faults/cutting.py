@@ -34,7 +34,6 @@ from ..inspect.tracing import unique_names
 from ..live.relax_rewrite import relax_closure, sub_module
 
 PARAM, BINDING = "param", "binding"  # where a value that enters a cut comes from
-_INPLACE = tvm.ir.Op.get("relax.call_tir_inplace")
 
 
 @dataclass(frozen=True)
@@ -213,19 +212,6 @@ def module_of(mod: tvm.IRModule, fn: str, cut: Cut) -> tvm.IRModule | None:
     except Exception:  # TVM says why in many types; none makes the cut usable
         return None
     return reduced
-
-
-def written_in_place(func: relax.Function) -> set[relax.Var]:
-    """The variables a `call_tir_inplace` of `func` writes into (after it, they hold its
-    result, not their own value)."""
-    written = set()
-    for binding in (b for block in func.body.blocks for b in block.bindings):
-        value = binding.value
-        if isinstance(value, relax.Call) and value.op.same_as(_INPLACE):
-            args = value.args[1]
-            fields = list(args.fields) if isinstance(args, relax.Tuple) else [args]
-            written |= {fields[int(i)] for i in value.attrs.inplace_indices if int(i) >= 0}
-    return written
 
 
 def _leaf_count(ty) -> int:

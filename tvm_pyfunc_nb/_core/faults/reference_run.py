@@ -20,9 +20,9 @@ import torch
 import tvm
 
 from ...errors import CallError
-from ..inspect.tracing import tapped
+from ..inspect.tracing import tapped, written_in_place
 from ..models.importing import TorchOrigin
-from .cutting import PARAM, DataflowCut, enters, module_of, written_in_place
+from .cutting import PARAM, DataflowCut, enters, module_of
 from .worker_builds import NEEDED, skip_keys, units
 
 

@@ -38,7 +38,8 @@ so its digits say nothing about the function.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -462,6 +463,22 @@ def compare(
     return result
 
 
+@contextmanager
+def buffers_kept(model) -> Iterator[None]:
+    """`model`'s buffers as they were, after running it: a model in training mode updates its
+    running statistics (a batch norm's mean, variance and `num_batches_tracked`) on each call.
+    compare leaves the user's model as it found it, and the values op by op are those of the
+    same state as the outputs'."""
+    buffers = list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    kept = [b.clone() for b in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, was in zip(buffers, kept, strict=True):
+                buffer.copy_(was)
+
+
 def compared_outputs(
     parts: ModuleParts, fn: str, reference, args: tuple, rtol: float, atol: float
 ) -> Comparison:
@@ -472,8 +489,9 @@ def compared_outputs(
     from_it = origin is not None and origin.is_from(reference)
     ours, theirs = own_copies(args), own_copies(args)
     actual = parts.function(fn)(*ours)  # compiles if needed, and checks the arguments
-    with torch.no_grad():
-        expected = (origin.model if from_it else runnable(reference))(*theirs)
+    model = origin.model if from_it else runnable(reference)
+    with torch.no_grad(), buffers_kept(model):
+        expected = model(*theirs)
     precise = origin.outputs_in_float64(own_copies(args)) if from_it else None
     names, outputs = output_differences(actual, expected, rtol, atol, precise)
     entry, written = parts.entry(fn), []

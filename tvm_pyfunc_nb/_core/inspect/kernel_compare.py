@@ -7,9 +7,11 @@ on a VM of its own under the instrument hook (as `profile` does), and each
 launch (a kernel, a PyTorch call, a pyfunc) runs on the reference's values
 of what it reads: before it runs, each input that holds the value of a
 binding with a reference value (the output of an earlier launch, or a view
-of one) is given that value. What it then writes is set against the
-reference value of the binding it computes (`Linked.sites`: the bindings
-fused into each call site, the last of them its output):
+of one) is given that value. Each output it then writes is set against the
+reference value of the binding it holds (`Linked.sites`: the bindings fused
+into each call site; the last of them is a kernel's one output, and a kernel
+with several, a split or a fused group, gives each binding the rest of the
+function reads, in order):
 
 - for a function from `add_torch(reference)`, the value of that binding's FX
   node in the PyTorch model;
@@ -18,7 +20,8 @@ fused into each call site, the last of them its output):
 
 So a kernel's check is about the error it adds, as an op's is in `compare`
 (comparing.py): more than the rounding of the ops fused into it (the largest
-reduction among them) is a divergence. The outputs are those of a plain call
+reduction among them) is a divergence. Rows name the bindings and PyTorch ops
+fused into each launch as `profile`'s rows do. The outputs are those of a plain call
 of the function. A divergence that is a NaN says where the first non-finite
 value comes from, as `trace(stop_at="nonfinite")` does.
 """
@@ -31,11 +34,12 @@ from dataclasses import dataclass, field
 
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ...errors import CallError
 from ..build.kernel_sites import MAX_PLACES, unique_names
-from ..build.linking import relax_names
+from ..build.linking import prim_funcs, relax_names
 from ..build.offload import PREFIX
 from ..feature_checks import check_comparison
 from ..live.cells import RELAX
@@ -54,7 +58,8 @@ from .comparing import (
     short_number,
     values_summed,
 )
-from .tracing import NonFinite, nonfinite_count, span, trace
+from .profiling import listed, torch_ops
+from .tracing import NonFinite, input_vars, nonfinite_count, span, trace
 
 CALL_PY_FUNC = "vm.builtin.call_py_func"
 PLAIN = "the build with every optional pass off"
@@ -62,14 +67,39 @@ PLAIN = "the build with every optional pass off"
 
 @dataclass(frozen=True)
 class KernelCheck:
-    """One launch of the compiled function against the reference value of what it computes."""
+    """One launch of the compiled function against the reference values of what it computes:
+    each of its outputs (a split's, a top-k's, a fused group's several) against the value of
+    the binding it holds."""
 
     kernel: str  # `fused_matmul_add_relu`, `torch.linear`, a pyfunc's name
     callee: str  # what the lowered function calls it by
     bindings: tuple[str, ...]  # the bindings of the function fused into this launch
-    binding: str | None  # the one whose value its output is (None: none known)
-    diff: Difference | None  # None: nothing to compare with
+    outputs: tuple[tuple[str, Difference], ...] = ()  # (binding, error) of each output compared
     where: str = ""  # where in the model's code the bindings came from
+    ops: tuple[str, ...] = ()  # the PyTorch ops fused into it, each once (from add_torch)
+
+    @property
+    def binding(self) -> str | None:
+        """The binding compared: the first whose output diverges, else the first (None: no
+        output has a reference value)."""
+        failed = [b for b, d in self.outputs if not d.passed]
+        return next(iter(failed or [b for b, _ in self.outputs]), None)
+
+    @property
+    def diff(self) -> Difference | None:
+        """The launch's error: its outputs' largest, passed where every output passes (None:
+        nothing to compare with)."""
+        diffs = [d for _, d in self.outputs]
+        if len(diffs) <= 1:
+            return diffs[0] if diffs else None
+        return Difference(
+            max(d.max_abs for d in diffs),
+            max(d.max_rel for d in diffs),
+            all(d.passed for d in diffs),
+            "; ".join(f"{b}: {d.note}" for b, d in self.outputs if d.note),
+            max(d.scale for d in diffs),
+            all(d.within_rounding for d in diffs),
+        )
 
 
 @dataclass
@@ -88,18 +118,24 @@ class KernelComparison(Comparison):
         return None
 
     def kernel_header(self) -> tuple[str, ...]:
-        header = ("kernel", "bindings", "compared with", "max abs", "max rel", "")
+        """`kernel_rows()`'s columns: as `profile`'s, the bindings fused into each launch and
+        (from add_torch) their PyTorch ops; what it was compared with, the errors, and where."""
+        ops = ("PyTorch ops",) if any(c.ops for c in self.checks) else ()
+        header = ("kernel", "bindings", *ops, "compared with", "max abs", "max rel", "")
         return header + (("where",) if any(c.where for c in self.checks) else ())
 
     def kernel_rows(self) -> list[tuple[str, ...]]:
-        sited = any(c.where for c in self.checks)
+        """A row per launch; where the text cuts a list short it says how many it left out
+        (`.checks` keeps them all)."""
+        sited, with_ops = any(c.where for c in self.checks), any(c.ops for c in self.checks)
         rows = []
         for c in self.checks:
-            bindings = ", ".join(c.bindings)
+            row = (c.kernel, listed(c.bindings)) + ((listed(c.ops),) if with_ops else ())
             if c.diff is None:
-                row = (c.kernel, bindings, "", "", "", "no reference value")
+                row += ("", "", "", "no reference value")
             else:
-                row = (c.kernel, bindings, c.binding, *error_cells(c.diff), judged(c.diff))
+                compared = listed(tuple(b for b, _ in c.outputs))
+                row += (compared, *error_cells(c.diff), judged(c.diff))
             rows.append(row + ((c.where,) if sited else ()))
         return rows
 
@@ -133,57 +169,86 @@ class KernelComparison(Comparison):
 @dataclass
 class _Launch:
     callee: str  # what the lowered function calls it by (kernel_sites' key)
-    output: torch.Tensor | None
+    outputs: list[torch.Tensor]  # what it wrote, as it wrote it
     # the `[min, max]` of each input when it made nan or inf from finite inputs, else None
     from_finite: tuple[str, ...] | None = None
 
+    def nonfinite(self) -> str:
+        """`3 nan` (an output's), `1 inf; 2 nan` (two outputs')."""
+        return "; ".join(nonfinite_count(out) for out in self.outputs if _nonfinite(out))
 
-def _launch(callee: str, output, inputs) -> _Launch:
-    out = output.clone() if isinstance(output, torch.Tensor) else None
+
+def _nonfinite(value: torch.Tensor) -> bool:
+    return value.dtype.is_floating_point and not bool(value.isfinite().all())
+
+
+def _launch(callee: str, outputs: list[torch.Tensor], inputs) -> _Launch:
+    outs = [out.clone() for out in outputs]
     floats = [t for t in inputs if t.dtype.is_floating_point]
-    made = out is not None and out.dtype.is_floating_point and not bool(out.isfinite().all())
-    if made and all(bool(t.isfinite().all()) for t in floats):
-        return _Launch(callee, out, tuple(span(t) for t in floats))
-    return _Launch(callee, out)
+    if any(_nonfinite(out) for out in outs) and not any(_nonfinite(t) for t in floats):
+        return _Launch(callee, outs, tuple(span(t) for t in floats))
+    return _Launch(callee, outs)
+
+
+def written_params(mod: tvm.IRModule) -> dict[str, list[int]]:
+    """Each PrimFunc of `mod` -> the positions of the parameters it writes: its outputs."""
+    found = {}
+    for gv, func in prim_funcs(mod):
+        stored: list = []  # the buffers a store writes (a parameter is its buffer)
+        tvm_ffi.structural_walk(
+            func.body,
+            [(tvm.tirx.BufferStore, lambda store, seen=stored: seen.append(store.buffer))],
+        )
+        found[gv.name_hint] = [
+            i for i, param in enumerate(func.params) if any(param.same_as(b) for b in stored)
+        ]
+    return found
 
 
 class _OnReference:
     """The instrument: each launch run on the reference's values of what it reads, and what it
     wrote, in order.
 
-    Which binding's value a tensor holds is known by its memory: the output of a launch holds
-    the value of the binding it computes (a view, `vm.builtin.reshape`, shares that memory).
-    An address stays that binding's only while what is there is its reference value: a launch
-    that writes there (another output of a kernel with several) ends it."""
+    Which binding's value a tensor holds is known by its memory: each output of a launch holds
+    the value of the binding it computes (a view, `vm.builtin.reshape`, shares that memory),
+    until a launch writes there again. A kernel's outputs are the parameters its PrimFunc
+    writes (several for a split; an input for a kernel that works in place); a PyTorch
+    call's, its last argument; a pyfunc's, what it returns."""
 
     def __init__(self, linked, fn: str, func: relax.Function, values: dict[str, torch.Tensor]):
         self.kernels, self.skip = linked.kernels, set(relax_names(linked.lowered))
+        self.written = written_params(linked.lowered)
         self.sites, self.values = linked.sites.of(fn), values
-        self.aliases = _bound(func)[1]
+        self.outputs = _Outputs(func)
         self.held: dict[int, str | None] = {}  # address -> the binding whose value is there
         self.seen: dict[str, int] = defaultdict(int)
         self.launches: list[_Launch] = []
         self.bindings: list[tuple[str, ...]] = []  # of each launch
-        self.targets: list[str | None] = []  # the binding each launch's output is compared with
+        self.targets: list[list[str | None]] = []  # the binding each output is compared with
 
     def __call__(self, func, symbol, before, ret, *args):
         symbol = str(symbol)
         if symbol in self.skip:
             return 0
-        if symbol in self.kernels or symbol.startswith(PREFIX):  # the output is the last
-            tensors = [to_torch(a) for a in args if isinstance(a, tvm.runtime.Tensor)]
-            inputs, out = tensors[:-1], tensors[-1] if tensors else None
+        if symbol in self.kernels or symbol.startswith(PREFIX):
+            tensors = {
+                i: to_torch(a) for i, a in enumerate(args) if isinstance(a, tvm.runtime.Tensor)
+            }
+            written = self.written.get(symbol) or self._last(symbol, list(tensors))
+            inputs = [t for i, t in tensors.items() if i not in written]
+            outs = [tensors[i] for i in written]
+            fed = list(tensors.values())  # an output a kernel writes in place is read too
         elif symbol == CALL_PY_FUNC:  # (registered name, its arguments) -> its result
             symbol = str(args[0][0])
-            inputs = [to_torch(a) for a in args[0][1] if isinstance(a, tvm.runtime.Tensor)]
-            out = to_torch(ret) if isinstance(ret, tvm.runtime.Tensor) else None
+            fed = inputs = [to_torch(a) for a in args[0][1] if isinstance(a, tvm.runtime.Tensor)]
+            outs = [to_torch(ret)] if isinstance(ret, tvm.runtime.Tensor) else []
         else:
             return 0
         if before:
-            for tensor in inputs:
+            for tensor in fed:
                 self._feed(tensor)
         else:
-            self._wrote(symbol, inputs, out)
+            self._wrote(symbol, inputs, outs)
         return 0
 
     def _feed(self, tensor: torch.Tensor) -> None:
@@ -191,42 +256,102 @@ class _OnReference:
         if value is not None and value.numel() == tensor.numel() and value.dtype == tensor.dtype:
             tensor.copy_(value.reshape(tensor.shape))
 
-    def _wrote(self, callee: str, inputs: list[torch.Tensor], out) -> None:
-        for tensor in inputs:  # still the value fed? (a kernel's other outputs are not)
-            value = self.values.get(self.held.get(tensor.data_ptr()))
-            if value is not None and not _holds(tensor, value):
-                self.held[tensor.data_ptr()] = None
-        k = self.seen[callee]
+    def _call_site(self, callee: str) -> tuple[str, ...]:
+        """The bindings of the launch of `callee` under way."""
+        call_sites, k = self.sites.get(callee, []), self.seen[callee]
+        return tuple(call_sites[k]) if k < len(call_sites) else ()
+
+    def _last(self, callee: str, positions: list[int]) -> list[int]:
+        """The outputs of a launch whose PrimFunc writes through a call (`tvm.contrib.sort.topk`)
+        or of a PyTorch call: the last arguments, one per field of what it computes."""
+        return positions[-self.outputs.count(self._call_site(callee)) :]
+
+    def _wrote(self, callee: str, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        bindings = self._call_site(callee)
         self.seen[callee] += 1
-        call_sites = self.sites.get(callee, [])
-        bindings = tuple(call_sites[k]) if k < len(call_sites) else ()
-        target = _target(bindings, out, self.values, self.aliases)
-        if out is not None:
+        targets = self.outputs.targets(bindings, outs, self.values)
+        for out, target in zip(outs, targets, strict=True):
             self.held[out.data_ptr()] = target
-        self.launches.append(_launch(callee, out, inputs))
+        self.launches.append(_launch(callee, outs, inputs))
         self.bindings.append(bindings)
-        self.targets.append(target)
+        self.targets.append(targets)
 
 
-def _holds(tensor: torch.Tensor, value: torch.Tensor) -> bool:
-    return value.numel() == tensor.numel() and torch.equal(tensor, value.reshape(tensor.shape))
+class _Outputs:
+    """Which bindings of `func` the outputs of a launch hold."""
+
+    def __init__(self, func: relax.Function):
+        bindings, name = _named(func)
+        self.calls = {name(b.var): b.value for b in bindings}
+        self.readers: dict[str, set[str]] = defaultdict(set)  # binding -> the bindings reading it
+        self.items: dict[str, dict[int, str]] = defaultdict(dict)  # tuple -> {index: its item}
+        self.fields: dict[str, int] = {}  # tuple binding -> how many fields
+        for b in bindings:
+            for var in input_vars(b.value):
+                self.readers[name(var)].add(name(b.var))
+            value = b.value
+            if isinstance(value, relax.TupleGetItem) and isinstance(value.tuple_value, relax.Var):
+                self.items[name(value.tuple_value)].setdefault(value.index, name(b.var))
+            if isinstance(b.var.ty, relax.TupleType):
+                self.fields[name(b.var)] = len(b.var.ty.fields)
+        self.name = name
+        self.result = {name(var) for var in input_vars(func.body.body)}
+
+    def targets(self, bindings: tuple[str, ...], outs: list, values: dict) -> list[str | None]:
+        """The binding each of `outs` is the value of (None: none with a reference value). One
+        output: the last of the launch's bindings with a reference value of its shape that does
+        not only name another of them (`gv = lv6`). Several: the bindings the launch gives the
+        rest of the function, in order (a split's tuple by its items)."""
+        if len(outs) == 1:
+            return [self._last(bindings, outs[0], values)]
+        given = self._given(bindings)
+        if len(given) != len(outs):
+            return [None] * len(outs)
+        return [
+            b if b in values and tuple(values[b].shape) == tuple(out.shape) else None
+            for b, out in zip(given, outs, strict=True)
+        ]
+
+    def count(self, bindings: tuple[str, ...]) -> int:
+        """How many values a launch computes: the fields of a tuple (a top-k's values and
+        indices) where its last binding is one, else one."""
+        return self.fields.get(bindings[-1], 1) if bindings else 1
+
+    def _last(self, bindings: tuple[str, ...], out, values: dict) -> str | None:
+        return next(
+            (
+                b
+                for b in reversed(bindings)
+                if b in values
+                and tuple(values[b].shape) == tuple(out.shape)
+                and not self._alias_within(self.calls.get(b), bindings)
+            ),
+            None,
+        )
+
+    def _alias_within(self, value, bindings: tuple[str, ...]) -> bool:
+        """Whether a binding only names another of the same launch (`gv = lv6`): the other is
+        what the launch computes."""
+        return isinstance(value, relax.Var) and self.name(value) in bindings
+
+    def _given(self, bindings: tuple[str, ...]) -> list[str | None]:
+        """Each of `bindings` that a later binding reads (or the function returns), a tuple as
+        its items (None for an item nothing reads)."""
+        found: list[str | None] = []
+        for b in bindings:
+            if b in self.fields:
+                found.extend(self.items[b].get(i) for i in range(self.fields[b]))
+            elif b in self.result or self.readers[b] - set(bindings):
+                found.append(b)
+        return found
 
 
-def _target(bindings: tuple[str, ...], out, values: dict, aliases: dict) -> str | None:
-    """The binding a launch's output is the value of: the last of its bindings with a reference
-    value of the output's shape that does not only name another of them (`gv = lv6`)."""
-    if out is None:
-        return None
-    return next(
-        (
-            b
-            for b in reversed(bindings)
-            if b in values
-            and tuple(values[b].shape) == tuple(out.shape)
-            and aliases.get(b) not in bindings  # `gv = lv6`: lv6 is what the launch computes
-        ),
-        None,
-    )
+def _named(func: relax.Function):
+    """`func`'s bindings, and the name of a variable as trace and the script give it (`h_1`
+    for the second binding of `h`; a parameter by its name)."""
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    names = dict(zip((b.var for b in bindings), unique_names(b.var for b in bindings), strict=True))
+    return bindings, lambda var: names.get(var, var.name)
 
 
 def compare_kernels(
@@ -244,14 +369,17 @@ def compare_kernels(
         if from_torch
         else dict(trace(parts, fn, own_copies(args), build=parts.build.reference()))
     )
-    _through_aliases(_bound(entry.func)[1], values)
+    _through_aliases(entry.func, values)
     hook = _OnReference(linked, fn, entry.func, values)
     vm = linked.instrumented_vm(parts.device, hook)
     vm[fn](*to_tvm_tensor(list(own_copies(args))))
     site_of = origin.site if origin is not None else (lambda binding: None)
     checks = _checks(entry.func, hook, values, args, (rtol, atol), parts.compiler.bridge.names)
     checks = [
-        dataclasses.replace(c, where=where_of(site_of(b) for b in c.bindings)) for c in checks
+        dataclasses.replace(
+            c, where=where_of(site_of(b) for b in c.bindings), ops=torch_ops(origin, c.bindings)
+        )
+        for c in checks
     ]
     result = KernelComparison(
         **{f.name: getattr(outputs, f.name) for f in dataclasses.fields(Comparison)},
@@ -272,7 +400,7 @@ def _first_nonfinite(checks: list[KernelCheck], launches: list[_Launch], site_of
         if launch.from_finite is not None:
             inputs = tuple((f"input {i}", s) for i, s in enumerate(launch.from_finite, 1))
             binding = check.binding or (check.bindings[-1] if check.bindings else "?")
-            what = nonfinite_count(launch.output)
+            what = launch.nonfinite()
             return NonFinite(binding, f"kernel {check.kernel}", what, inputs, site_of(binding))
     return None
 
@@ -289,47 +417,35 @@ def _named(check: KernelCheck, fn: str, site_of) -> str:
     return f"kernel `{check.kernel}` ({which}{where})"
 
 
-def _bound(func: relax.Function) -> tuple[dict[str, relax.Expr], dict[str, str]]:
-    """Each binding's value by the name trace gives the binding (`h_1` for a second `h`), and
-    the bindings that only name another (`gv = lv6`: `{"gv": "lv6"}`)."""
-    bindings = [b for block in func.body.blocks for b in block.bindings]
-    name_of = dict(
-        zip((b.var for b in bindings), unique_names(b.var for b in bindings), strict=True)
-    )
-    calls = {name_of[b.var]: b.value for b in bindings}
-    aliases = {
-        name: name_of.get(value, value.name)
-        for name, value in calls.items()
-        if isinstance(value, relax.Var)
-    }
-    return calls, aliases
-
-
-def _through_aliases(aliases: dict[str, str], values: dict[str, torch.Tensor]) -> None:
+def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> None:
     """`gv = lv6`: `gv` has the value of `lv6` (a launch may be bound to either, once a pass
     folded one into the other)."""
-    for name, other in aliases.items():
-        if other in values:
-            values.setdefault(name, values[other])
+    bindings, name = _named(func)
+    for binding in bindings:
+        value = binding.value
+        if isinstance(value, relax.Var) and name(value) in values:
+            values.setdefault(name(binding.var), values[name(value)])
 
 
 def _checks(func, hook: _OnReference, values, args, tolerance, pyfuncs) -> list[KernelCheck]:
     """Each launch's output against the reference value of the binding it computes, within
     the rounding of the largest reduction fused into it."""
-    calls = _bound(func)[0]
+    bindings, name = _named(func)
+    calls = {name(b.var): b.value for b in bindings}
     shapes = {p.name: tuple(a.shape) for p, a in zip(func.params, args, strict=False)}
     shapes.update({name: tuple(v.shape) for name, v in values.items()})
     checks = []
-    for launch, bindings, target in zip(hook.launches, hook.bindings, hook.targets, strict=True):
+    for launch, bindings, targets in zip(hook.launches, hook.bindings, hook.targets, strict=True):
         name = pyfuncs.get(launch.callee, launch.callee.removeprefix(PREFIX))
-        diff = None
-        if target is not None:
-            reduction = max(
-                (values_summed(calls.get(b), shapes, shapes.get(b, ())) for b in bindings),
-                default=1,
-            )
-            diff = difference(launch.output, values[target], *tolerance, reduction=reduction)
-        checks.append(KernelCheck(name, launch.callee, bindings, target, diff))
+        reduction = max(
+            (values_summed(calls.get(b), shapes, shapes.get(b, ())) for b in bindings), default=1
+        )
+        outputs = tuple(
+            (target, difference(out, values[target], *tolerance, reduction=reduction))
+            for out, target in zip(launch.outputs, targets, strict=True)
+            if target is not None
+        )
+        checks.append(KernelCheck(name, launch.callee, bindings, outputs))
     return checks
 
 

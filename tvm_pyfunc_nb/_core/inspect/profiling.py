@@ -283,7 +283,7 @@ def _rows(parts: ModuleParts, fn: str, linked, tallies: dict, whole: float) -> l
     for row, (kind, calls, seconds, call_sites) in found.items():
         bindings = tuple(dict.fromkeys(b for site in call_sites for b in site))
         where = where_of(site_of(b) for b in bindings)
-        rows.append((row, kind, calls, seconds, bindings, _ops(origin, bindings), where))
+        rows.append((row, kind, calls, seconds, bindings, torch_ops(origin, bindings), where))
     rows.append((VM_ROW, VM, vm_calls, max(whole - measured, 0.0), (), (), ""))
     total = sum(r[3] for r in rows) or 1.0
     made = [
@@ -299,7 +299,7 @@ def listed(names: tuple[str, ...], shown: int = SHOWN) -> str:
     return ", ".join(names[:shown]) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _ops(origin, bindings: tuple[str, ...]) -> tuple[str, ...]:
+def torch_ops(origin, bindings: tuple[str, ...]) -> tuple[str, ...]:
     """The PyTorch ops behind a kernel's bindings, each once: `linear`, `add`, `gelu`."""
     if origin is None:
         return ()

@@ -29,7 +29,7 @@ from tvm.relax.expr_functor import PyExprMutator, mutator
 
 from ..module_parts import ModuleParts
 from ..run.tensors import own_copies, to_torch
-from .tracing import linked_copy, unique_names
+from .tracing import held_apart, linked_copy, unique_names
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,18 @@ def replay_of(func: relax.Function, known: Mapping[str, torch.Tensor]) -> Replay
     plain = relax.transform.ToNonDataflow()(tvm.IRModule({"f": func}))["f"]
     bindings = [b for block in plain.body.blocks for b in block.bindings]
     names = dict(zip((b.var for b in bindings), unique_names(b.var for b in bindings), strict=True))
-    fed: dict = {}  # variable -> the parameter that holds its reference value
+    fed: dict = {}  # variable -> what holds its reference value (a parameter, or its cast)
+    params: list = []  # the parameters of `fed`
     own: dict = {}  # variable -> the replayed binding (no reference value of its own)
     substitute = _Substitute(lambda var: fed.get(var, own.get(var)))
+    defined = {v for p in plain.params for v in relax.analysis.definable_tir_vars_in_type(p.ty)}
     rebound, taps, tapped = [], [], []
     for binding in bindings:
         for var in _read(binding.value):
             if var not in fed and var in names and _fits(var, known.get(names[var])):
-                fed[var] = relax.Var(var.name, var.ty)
+                fed[var], cast = _fed(var, defined)
+                params.append(cast.value if cast else fed[var])
+                rebound.extend([cast] if cast else [])
         value = substitute.visit_expr(binding.value)
         var = relax.Var(binding.var.name, binding.var.ty)
         if isinstance(binding, relax.MatchCast):
@@ -67,11 +71,24 @@ def replay_of(func: relax.Function, known: Mapping[str, torch.Tensor]) -> Replay
         if names[binding.var] in known and isinstance(binding.var.ty, relax.TensorType):
             taps.append(names[binding.var])
             tapped.append(var)
+    rebound, tapped = held_apart(plain, rebound, tapped)  # values a later write leaves be
     body = relax.SeqExpr([relax.BindingBlock(rebound)], relax.Tuple(tapped))
     body = relax.BlockBuilder().normalize(body)
-    params = [*plain.params, *fed.values()]
-    copy = relax.Function(params, body, None, plain.is_pure, plain.attrs)
+    copy = relax.Function([*plain.params, *params], body, None, plain.is_pure, plain.attrs)
     return Replay(copy, [names[v] for v in fed], taps)
+
+
+def _fed(var, defined: set) -> tuple[relax.Var, relax.MatchCast | None]:
+    """The variable that holds `var`'s reference value, and the cast that makes it, if any. A
+    parameter's shape is checked on entry, so one whose shape uses a size the body computes
+    (`T.min(n, 8)`, `n` from an `.item()`) is a parameter of `var`'s rank, cast to `var`'s shape
+    where it is first read (the size known by then)."""
+    ty = var.ty
+    if set(relax.analysis.tir_vars_in_type(ty)) <= defined:
+        return relax.Var(var.name, ty), None
+    param = relax.Var(var.name, relax.TensorType(dtype=ty.dtype, ndim=ty.ndim))
+    held = relax.Var(var.name, ty)
+    return held, relax.MatchCast(held, param, ty)
 
 
 def _read(value) -> list:

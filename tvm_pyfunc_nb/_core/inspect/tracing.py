@@ -43,17 +43,51 @@ class Tap:
 def tapped(func: relax.Function) -> tuple[relax.Function, list[Tap]]:
     """A copy of `func` returning `(its output, (every tensor-typed binding, ...))`."""
     plain = relax.transform.ToNonDataflow()(tvm.IRModule({"f": func}))["f"]
-    blocks = list(plain.body.blocks)
-    bindings = [
-        b for block in blocks for b in block.bindings if isinstance(b.var.ty, relax.TensorType)
-    ]
+    flat = [b for block in plain.body.blocks for b in block.bindings]
+    bindings = [b for b in flat if isinstance(b.var.ty, relax.TensorType)]
+    flat, values = held_apart(plain, flat, [b.var for b in bindings])
     body = relax.SeqExpr(
-        blocks, relax.Tuple([plain.body.body, relax.Tuple([b.var for b in bindings])])
+        [relax.BindingBlock(flat)], relax.Tuple([plain.body.body, relax.Tuple(values)])
     )
     body = relax.BlockBuilder().normalize(body)
     copy = relax.Function(plain.params, body, None, plain.is_pure, plain.attrs)
     names = unique_names(b.var for b in bindings)
     return copy, [Tap(name, op_of(b.value)) for name, b in zip(names, bindings, strict=True)]
+
+
+_IN_PLACE = tvm.ir.Op.get("relax.call_tir_inplace")
+
+
+def written_in_place(func: relax.Function) -> set[relax.Var]:
+    """The variables a `call_tir_inplace` of `func` writes into (after it, they hold its
+    result, not their own value)."""
+    written = set()
+    for binding in (b for block in func.body.blocks for b in block.bindings):
+        value = binding.value
+        if isinstance(value, relax.Call) and value.op.same_as(_IN_PLACE):
+            args = value.args[1]
+            fields = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+            written |= {fields[int(i)] for i in value.attrs.inplace_indices if int(i) >= 0}
+    return written
+
+
+def held_apart(
+    func: relax.Function, bindings: list[relax.Binding], taps: list[relax.Var]
+) -> tuple[list[relax.Binding], list[relax.Var]]:
+    """`bindings` (`func`'s, flat) and what holds the value of each of `taps` as its binding
+    made it. In a function that writes in place (`call_tir_inplace`), a value's memory may be
+    written over later, its own or a view's (a reshape the build makes a view): there each tap
+    is a copy made right after its binding; elsewhere the variable itself."""
+    if not written_in_place(func):
+        return bindings, taps
+    copies = {var: relax.Var(f"{var.name}_made", var.ty) for var in taps}
+    kept = []
+    for binding in bindings:
+        kept.append(binding)
+        if binding.var in copies:
+            var = binding.var
+            kept.append(relax.VarBinding(copies[var], relax.op.astype(var, var.ty.dtype)))
+    return kept, [copies[var] for var in taps]
 
 
 def op_of(value) -> str:
