@@ -260,7 +260,8 @@ def test_llvm_aborting_on_an_intrinsic_for_another_cpu_is_cut_to_its_kernel(tmp_
 
 
 def test_an_upstream_compile_error_is_cut_to_its_bindings(tmp_path):
-    live = LiveModule("issue20192")
+    # tvm.compile's own pipeline: the fused default folds the shape to a constant first
+    live = LiveModule("issue20192", pipeline="default")
     live.add(tensor_to_shape_then_add()["main"], name="main")
     cut = live.minimize("main", torch.rand(2, 8), torch.rand(2, 8))
     assert cut.fault.kind == "fails"
@@ -269,6 +270,11 @@ def test_an_upstream_compile_error_is_cut_to_its_bindings(tmp_path):
     shows = run_repro(cut.save(str(tmp_path / "repro.py")), tmp_path)
     assert shows.returncode == 1, shows.stderr[-2000:]
     assert "FAILS: CodeGenVM cannot emit" in shows.stdout
+
+    fused = LiveModule("issue20192_fused")  # builds: its reference (no optional pass) does not
+    fused.add(tensor_to_shape_then_add()["main"], name="main")
+    with pytest.raises(CallError, match=r"minimize: `main` builds and runs .* pass reference="):
+        fused.minimize("main", torch.rand(2, 8), torch.rand(2, 8))
 
 
 # -- what minimize refuses --------------------------------------------------------------------
@@ -302,7 +308,9 @@ def test_what_a_repro_checks_is_what_the_search_judged():
     assert cut_judging.error_key(check) == "func->body->IsInstance<X>()"
     assert cut_judging.crash_stage("building fused_add, matmul") == "building"
     # the file builds with the module's pipeline, made as the module makes it
-    assert minimize_repro.pipeline_text("auto") == "relax.get_pipeline('default')"
+    assert minimize_repro.pipeline_text("auto") == "relax.get_default_pipeline(TARGET)"
+    assert minimize_repro.pipeline_text("fused") == "relax.get_default_pipeline(TARGET)"
+    assert minimize_repro.pipeline_text("default") == "relax.get_pipeline('default')"
     assert minimize_repro.pipeline_text("target") == "relax.get_default_pipeline(TARGET)"
     assert "relax.get_pipeline('zero')" in minimize_repro.pipeline_text("zero")
     assert minimize_repro.pipeline_text("no_such_pipeline") is None

@@ -63,11 +63,11 @@ def test_something_that_is_not_a_tvm_server_says_so(listening):
 
 
 def test_a_server_that_never_answers_costs_the_timeout_only(listening):
-    address = listening(lambda conn: time.sleep(2))
+    address = listening(lambda conn: time.sleep(20))
     started = time.monotonic()
     with pytest.raises(CallError, match=r"no answer within 0.3 s"):
         RemoteSession(address, timeout=0.3).run(lambda: None)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 10  # far below the server's silence, even under load
 
 
 def test_modules_of_one_address_share_its_session_until_the_last_lets_go():

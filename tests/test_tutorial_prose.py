@@ -41,7 +41,7 @@ SIBLING_FEATURES = {
     'stop_at="nonfinite"': r"stop_at=\"nonfinite\"",
     "graph": r"\.graph\(",
 }
-PENDING: set[str] = {"graph", "minimize", "report"}  # tutorials 00 and 12 (issue 40), 11 (38)
+PENDING: set[str] = set()
 
 
 def cells(path: Path) -> list[dict]:

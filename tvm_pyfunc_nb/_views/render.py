@@ -482,13 +482,7 @@ def bisection_html(bisection) -> str:
     )
     parts = [
         f'<div style="{style}">{escape(bisection.verdict())}</div>',
-        _muted(
-            escape(
-                f"compared with {bisection.reference}; {len(bisection.passes)} optional passes, "
-                f"{len(bisection.tried)} builds"
-            ),
-            "div",
-        ),
+        _muted(escape(bisection.searched()), "div"),
         table_html(("on", "last pass on", "outcome", ""), bisection.rows(), marked),
     ]
     if bisection.diff:

@@ -99,8 +99,7 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         """The module's own PrimFuncs opaque to fusion: a kernel written in a cell keeps the
         loops its author wrote (and TVM 0.27's FuseTIR fails on some: "Inconsistent buffers")."""
         own.update((gv.name_hint, f) for gv, f in mod.functions_items() if _kernel(f))
-        opaque = {name: f.with_attr("op_pattern", OPAQUE) for name, f in own.items()}
-        return _with_functions(mod, opaque)
+        return own_kernels_opaque(mod)
 
     @tvm.transform.module_pass(opt_level=0, name="OwnKernelsAsWritten")
     def as_written(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -123,6 +122,13 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
 
 
 OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the call alone
+
+
+def own_kernels_opaque(mod: tvm.IRModule) -> tvm.IRModule:
+    """`mod` with its PrimFuncs marked opaque to fusion (what `fused` does before it fuses; a
+    repro written for plain TVM carries the mark in its IR)."""
+    kernels = {gv.name_hint: f for gv, f in mod.functions_items() if _kernel(f)}
+    return _with_functions(mod, {n: f.with_attr("op_pattern", OPAQUE) for n, f in kernels.items()})
 
 
 def _kernel(func) -> bool:

@@ -140,11 +140,18 @@ class Bisection:
     def rows(self) -> list[tuple[str, str, str, str]]:
         return [t.row() for t in self.tried]
 
+    def searched(self) -> str:
+        """What the search compared with and how far it went, as every view says it."""
+        passes, builds = len(self.passes), len(self.tried)
+        return (
+            f"compared with {self.reference}; {passes} optional pass{'es' * (passes != 1)}, "
+            f"{builds} build{'s' * (builds != 1)}"
+        )
+
     def __repr__(self) -> str:
         lines = [
             f"bisect {self.function}: {self.verdict()}",
-            f"compared with {self.reference}; {len(self.passes)} optional passes, "
-            f"{len(self.tried)} builds in {self.seconds:.1f} s",
+            f"{self.searched()} in {self.seconds:.1f} s",
             text_table(("on", "last pass on", "outcome", ""), self.rows()),
         ]
         if self.diff:

@@ -29,6 +29,8 @@ from ..build.pipelines import (
     EXACT_PIPELINES,
     FUSED_PIPELINE,
     TARGET_PIPELINE,
+    own_kernels_opaque,
+    pipeline_for,
 )
 from ..build.worker.pass_log import PIPELINE
 from .bisect_repro import repro_of as bisect_repro_of
@@ -121,7 +123,10 @@ def repro_of(judge, result) -> Repro:
         )
     if options.offload != NONE:
         return _missing(f"with --offload {options.offload} the build calls PyTorch")
-    mod_text, weights = script("Reduced", result.module_ir, "consts.")
+    module_ir = result.module_ir
+    if pipeline_for(options.pipeline, judge.builds.parts.target).name == FUSED_PIPELINE:
+        module_ir = own_kernels_opaque(module_ir)  # what `fused` does first, as a mark in the IR
+    mod_text, weights = script("Reduced", module_ir, "consts.")
     body = _BODY.format(
         weights=npz(weights),
         function=result.function,

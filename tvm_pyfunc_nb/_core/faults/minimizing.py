@@ -155,6 +155,13 @@ def minimize(
         fault = Fault(CRASH, subject.crash.signal, crash_stage(subject.crash.stage))
     elif subject.error:
         fault = Fault(FAILS, error=error_key(subject.error))
+    elif values.outputs is None and reference is None and origin is None:
+        raise CallError(
+            f"minimize: `{fn}` builds and runs with the module's pipeline, but its reference "
+            f"does not ({values.described}): nothing says what its numbers should be; pass "
+            "reference= (a callable or the expected outputs)",
+            function=fn,
+        )
     else:
         fault = Fault(NUMBERS, reference=described)
     judge = partial(Judge, builds, cuts, mod, values, fault, rtol=rtol, atol=atol)

@@ -207,8 +207,7 @@ def bisected(result: Bisection) -> Section:
     section = Section("bisect", f"bisect {result.function}")
     section.blocks += [
         Verdict(result.verdict(), result.found),
-        f"compared with {result.reference}; {len(result.passes)} optional passes, "
-        f"{len(result.tried)} builds",
+        result.searched(),
         Table(("on", "last pass on", "outcome", ""), result.rows()),
     ]
     if result.diff:
