@@ -118,6 +118,22 @@ def test_the_compiler_knows_which_version_is_compiled(parts):
     assert compiler.is_stale(assembly.state) and not compiler.is_stale(state)
 
 
+def test_a_called_kernel_leaves_the_module_compiled_when_nothing_else_needs_compiling(parts):
+    """Calling a PrimFunc builds the module's PrimFuncs: without a Relax function, nothing is
+    left for the next call to compile, and the module is no longer stale (`%tvmmodules` listed a
+    module as stale right after its one kernel ran)."""
+    assembly, compiler, _ = parts
+    committed(assembly, ADD_ONE, "kernel")
+    state = assembly.state
+    compiler.kernel(state, state.entries["add_one"])
+    assert not compiler.is_stale(state)
+    committed(assembly, TWICE, "relax")  # a VM to link: a kernel's call does not link it
+    compiler.kernel(assembly.state, assembly.state.entries["add_one"])
+    assert compiler.is_stale(assembly.state)
+    compiler.relax_function(assembly.state, "twice")
+    assert not compiler.is_stale(assembly.state)
+
+
 def test_the_compiler_runs_the_current_version(parts):
     assembly, compiler, _ = parts
     committed(assembly, ADD_ONE + TWICE, "cell")

@@ -154,6 +154,31 @@ def test_a_right_module_passes_kernel_by_kernel(modules):
     assert all(c.diff is not None and c.diff.passed for c in found.checks)
 
 
+REBOUND = """
+@R.function
+def head(x: R.Tensor((4, 3), "float32"), w: R.Tensor((3, 2), "float32")):
+    h = R.matmul(x, w)
+    h = R.add(h, R.const(0.5, "float32"))
+    h = R.nn.relu(h)
+    return R.sum(h, axis=[1])
+"""
+
+
+def test_a_name_bound_again_is_each_binding_by_the_name_trace_gives_it():
+    """`h = ...; h = ...`: three bindings named `h`, which trace, the script and the kernels'
+    sites call `h`, `h_1`, `h_2`; each launch is compared with its own binding's value."""
+    live = LiveModule("rebound", pipeline="zero")
+    live.run_cell(REBOUND)
+    x, w = torch.randn(4, 3), torch.randn(3, 2)
+    try:
+        found = live.compare("head", lambda a, b: torch.relu(a @ b + 0.5).sum(1), x, w, by="kernel")
+        assert found.first_divergence is None, repr(found)
+        assert [c.binding for c in found.checks if c.diff is not None] == ["h", "h_1", "h_2", "gv3"]
+        assert [c.bindings for c in found.checks if c.diff is not None][1] == ("h_1",)
+    finally:
+        live.close()
+
+
 def test_trace_stops_at_the_first_value_made_non_finite_from_finite_inputs(modules):
     plain, _ = modules["nan"]
     x = modules["x"]

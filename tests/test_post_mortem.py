@@ -260,3 +260,18 @@ def through_py_func(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
         assert torch.equal(demo.eval("demo.fine(X)"), X * 2)
     finally:
         demo.ip.run_line_magic("tvmmodule_drop", "m")
+
+
+def test_what_is_typed_into_the_debugger_prints_no_colour_codes(demo):
+    """A kernel's shell colours its debugger (ipykernel's theme is not `nocolor`); the transcript
+    `typed_into_debugger` prints is kept in a saved notebook, where escapes would stay raw."""
+    colors = demo.ip.colors
+    demo.ip.colors = "linux"
+    try:
+        demo.run("demo.bad(X)", expect_error=PyFuncError)
+        printed = demo.debug("where", "p y")
+    finally:
+        demo.ip.colors = colors
+    assert "\x1b[" not in printed, repr(printed)
+    assert re.search(rf"^> <tvmmodule demo cell \d+>\({line_of('bad')}\)bad\(\)$", printed, re.M)
+    assert typed(printed, "p y").strip() == TWOS, printed

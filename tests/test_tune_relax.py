@@ -182,6 +182,21 @@ def test_dlight_schedules_every_kernel_of_a_relax_function_for_cuda(shell):
     gpu.compile()  # everything compiles now
 
 
+SOFTMAX_ROWS = """
+@R.function
+def rows(x: R.Tensor(("n", 256), "float32")) -> R.Tensor(("n", 256), "float32"):
+    return R.nn.softmax(x, axis=1)
+"""
+
+
+def test_dlight_leaves_out_the_shape_function_of_a_symbolic_size(shell):
+    """A symbolic size gives the lowered function a `shape_func` (plain TIR, no root block),
+    which DLight's rules cannot take (a ValueError from inside DLight): it is left alone."""
+    shell.cell("gpu", SOFTMAX_ROWS, options=CUDA_ZERO)
+    gpu = shell.ns["gpu"]
+    assert gpu.schedule("rows", "dlight") == ["softmax"]
+
+
 def test_dlight_on_a_cpu_relax_function_without_gemv_or_reductions_says_so(shell):
     shell.cell("demo", MLP, options="--pipeline default")  # matmul, add, relu: no GEMV
     with pytest.raises(ScheduleError) as caught:

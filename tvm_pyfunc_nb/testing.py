@@ -193,7 +193,9 @@ class NotebookShell:
 @contextlib.contextmanager
 def typed_into_debugger(*commands: str, shell: InteractiveShell | None = None) -> Iterator[None]:
     """`%debug` (and `%pdb on`) inside the block read `commands`, then `quit`, instead of the
-    keyboard, and print each command after the prompt, as if typed, to `sys.stdout`.
+    keyboard, and print each command after the prompt, as if typed, to `sys.stdout`, as plain
+    text: what it prints is a transcript kept in a notebook's saved outputs, where a terminal's
+    colour codes would stay as raw escapes.
 
     A notebook run by a machine (nbval, a test) has no one to type at the `ipdb>` prompt:
 
@@ -205,6 +207,7 @@ def typed_into_debugger(*commands: str, shell: InteractiveShell | None = None) -
     saved = tb.pdb
     typed = "".join(f"{command}\n" for command in (*commands, "quit"))
     tb.pdb = Pdb(stdin=_Typed(typed, out), stdout=out)
+    tb.pdb.set_theme_name("nocolor")
     try:
         yield
     finally:

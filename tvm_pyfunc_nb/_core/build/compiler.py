@@ -100,9 +100,25 @@ class Compiler:
         built with it, in one build: they are likely called next (a notebook run top to bottom
         then builds its kernels once, not once each)."""
         lib = self._kernels(state, {entry.name}, use_cache)[entry.name]
+        if self.compiled is not state and self._nothing_left(state):
+            self.compiled = state
         if isinstance(lib, CompileError):
             raise placed(lib, entry)
         return lib
+
+    def _nothing_left(self, state: ModuleState) -> bool:
+        """Whether the next call of any function of `state` would compile nothing: each PrimFunc
+        built (kept in memory) and, where there are Relax functions, their VM linked."""
+        entries = state.entries.values()
+        linked = self._linked is not None and self._linked[0] is state
+        if any(e.kind == RELAX for e in entries) and not linked:
+            return False
+        kept = self.build.cache.kernel
+        return all(
+            kept(e.name, e.func, counted=False, disk=False) is not None
+            for e in entries
+            if e.kind == PRIMFUNC
+        )
 
     def relax_function(self, state: ModuleState, name: str) -> Linked:
         """The linked VM that holds Relax function `name` of `state`, which a call compiles now;

@@ -10,13 +10,18 @@
   channels reads them so: cpu_schedules.py); the transpose is folded at compile time.
 
 Both change only constants and the ops around them: the numbers are the same up to float
-rounding (a folded weight is rounded once, as the batch norm's product was).
+rounding (a folded weight is rounded once, as the batch norm's product was). Both keep the
+function's binding names: a folded convolution is named as the one it replaces, a binding that
+stays keeps its name, and a new name never reuses one of the function's (kernel compare,
+profile and the graph name a kernel by the bindings of the user's function fused into it, and
+take their reference values by those names).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, is_tuple_get_item, rewrite_call, wildcard
 
@@ -35,8 +40,9 @@ def _nchw_oihw(conv: relax.Call) -> bool:
     return layouts == ("NCHW", "OIHW", "NCHW")
 
 
-def _folded(item: relax.TupleGetItem, matched: dict) -> relax.Expr:
-    """`batch_norm(conv2d(x, w) [+ bias], ...)[0]` as `conv2d(x, w * scale) + shift`."""
+def _folded(item: relax.TupleGetItem, matched: dict, names: list) -> relax.Expr:
+    """`batch_norm(conv2d(x, w) [+ bias], ...)[0]` as `conv2d(x, w * scale) + shift`, the new
+    convolution put in `names` with the one it replaces."""
     conv, norm = matched[_conv], matched[_norm]
     attrs = norm.attrs
     dtype = str(conv.ty.dtype)
@@ -58,18 +64,20 @@ def _folded(item: relax.TupleGetItem, matched: dict) -> relax.Expr:
     shift = -mean * scale + (array(_beta) if attrs.center else 0)
     weight = array(_weight) * scale.reshape(-1, 1, 1, 1)
     folded = relax.Call(conv.op, [matched[_data], relax.const(weight.astype(dtype))], conv.attrs)
+    names.append((folded, conv))
     return relax.op.add(folded, relax.const(shift.reshape(1, -1, 1, 1).astype(dtype)))
 
 
-def _hwio(call: relax.Call, matched: dict) -> relax.Expr:
+def _hwio(call: relax.Call, matched: dict, _names: list) -> relax.Expr:
     """A conv2d of NCHW data and constant OIHW weights, one group, as the same conv2d of HWIO
-    weights (their transpose, which `FoldConstant` computes once)."""
+    weights (their transpose, computed here once)."""
     attrs = call.attrs
     if not _nchw_oihw(call) or int(attrs.groups) != 1:
         return call
+    weight = matched[_weight].value.numpy()
     return relax.op.nn.conv2d(
         matched[_data],
-        relax.op.permute_dims(matched[_weight], [2, 3, 1, 0]),
+        relax.const(np.ascontiguousarray(weight.transpose(2, 3, 1, 0))),
         strides=attrs.strides,
         padding=attrs.padding,
         dilation=attrs.dilation,
@@ -89,9 +97,10 @@ def _rewriting(pattern, rewriter, name: str) -> tvm.transform.Pass:
         changed = {}
         for gv, func in mod.functions_items():
             if isinstance(func, relax.Function):
-                new = rewrite_call(pattern, rewriter, func)
+                names: list = []  # (a new call, the call whose binding's name it takes)
+                new = rewrite_call(pattern, lambda e, m, names=names: rewriter(e, m, names), func)
                 if not new.same_as(func):
-                    changed[gv] = new
+                    changed[gv] = _named_as_before(func, new, names)
         if not changed:
             return mod
         mod = mod.clone()
@@ -100,6 +109,52 @@ def _rewriting(pattern, rewriter, name: str) -> tvm.transform.Pass:
         return mod
 
     return rewrite
+
+
+def _bound(func: relax.Function) -> list[relax.Binding]:
+    return [b for block in func.body.blocks for b in block.bindings]
+
+
+def _named_as_before(before: relax.Function, after: relax.Function, names: list):
+    """`after` with each call of `names` bound to the name of the binding of the call it
+    replaces (`rewrite_call` keeps the names of the bindings it rewrites, and gives a call it
+    adds a name of its own making, which may be one `before` uses for another binding)."""
+    kept = [(b.var.name, b.value) for b in _bound(before)]
+    renames: dict[relax.Var, str] = {}
+    for b in _bound(after):
+        for new, was in names:  # a new convolution is known by its weights, made for it alone
+            if isinstance(b.value, relax.Call) and _same_weights(b.value, new):
+                renames[b.var] = next(n for n, v in kept if v.same_as(was))
+    return _Renamer(renames).visit_expr(after) if renames else after
+
+
+def _same_weights(call: relax.Call, conv: relax.Call) -> bool:
+    return (
+        call.op.same_as(conv.op)
+        and len(call.args) > 1
+        and tvm_ffi.structural_equal(call.args[1], conv.args[1])
+    )
+
+
+@relax.expr_functor.mutator
+class _Renamer(relax.PyExprMutator):
+    """A function whose bindings of `renames` (a var -> its new name) are named anew."""
+
+    def __init__(self, renames: dict):
+        super().__init__()
+        self.renames = renames
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        name = self.renames.get(binding.var)
+        if name is None:
+            super().visit_var_binding_(binding)
+            return
+        value = self.visit_expr(binding.value)
+        if isinstance(binding.var, relax.DataflowVar):
+            var = self.builder_.emit(value, name_hint=name)
+        else:
+            var = self.builder_.emit_output(value, name_hint=name)
+        self.set_var_remap(binding.var, var)
 
 
 fold_batch_norms = _rewriting(_normalized, _folded, "FoldBatchNormIntoConv2d")

@@ -51,10 +51,13 @@ def is_scheduled(func) -> bool:
 
 
 def tunable(func) -> bool:
-    """A kernel of blocks no schedule has touched yet."""
+    """A kernel of blocks no schedule has touched yet. A function of plain statements under the
+    root (a `shape_func` of symbolic sizes) is not one: DLight's rules and MetaSchedule need
+    its root block."""
     return (
         isinstance(func, tvm.tirx.PrimFunc)
         and bool(func.attrs is not None and func.attrs.get("s_tir", False))
+        and isinstance(func.body, tvm.s_tir.SBlockRealize)
         and not is_scheduled(func)
     )
 

@@ -19,7 +19,7 @@ nothing is lowered twice.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import tvm
@@ -103,8 +103,10 @@ def _sites(recorder: _Recorder) -> KernelSites:
         if not isinstance(func, relax.Function):
             continue
         name = gv.name_hint
-        # each variable of the current stage -> the user's bindings it stands for
-        names = {b.var: (b.var.name,) for b in _bindings(func)}
+        # each variable of the current stage -> the user's bindings it stands for, by the names
+        # trace and the script give them (`h`, `h_1` where the text binds `h` twice)
+        variables = [b.var for b in _bindings(func)]
+        names = {var: (name,) for var, name in zip(variables, unique_names(variables), strict=True)}
         final = legalized
         for before, after in recorder.fusions:
             if after is None or name not in before or name not in after:
@@ -225,6 +227,18 @@ def _callee(value) -> str | None:
     if op == "relax.call_py_func":
         return str(value.args[0].value)
     return None
+
+
+def unique_names(variables: Iterable[relax.Var]) -> list[str]:
+    """Each variable's name, a name used twice made unique as TVM's printer shows it (`lv_1`)."""
+    names, seen = [], set()
+    for var in variables:
+        name, k = var.name, 1
+        while name in seen:
+            name, k = f"{var.name}_{k}", k + 1
+        seen.add(name)
+        names.append(name)
+    return names
 
 
 def _bindings(func: relax.Function) -> list:

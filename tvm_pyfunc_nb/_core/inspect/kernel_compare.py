@@ -34,7 +34,7 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError
-from ..build.kernel_sites import MAX_PLACES
+from ..build.kernel_sites import MAX_PLACES, unique_names
 from ..build.linking import relax_names
 from ..build.offload import PREFIX
 from ..feature_checks import check_comparison
@@ -159,7 +159,7 @@ class _OnReference:
     def __init__(self, linked, fn: str, func: relax.Function, values: dict[str, torch.Tensor]):
         self.kernels, self.skip = linked.kernels, set(relax_names(linked.lowered))
         self.sites, self.values = linked.sites.of(fn), values
-        self.calls = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
+        self.aliases = _bound(func)[1]
         self.held: dict[int, str | None] = {}  # address -> the binding whose value is there
         self.seen: dict[str, int] = defaultdict(int)
         self.launches: list[_Launch] = []
@@ -200,7 +200,7 @@ class _OnReference:
         self.seen[callee] += 1
         call_sites = self.sites.get(callee, [])
         bindings = tuple(call_sites[k]) if k < len(call_sites) else ()
-        target = _target(bindings, out, self.values, self.calls)
+        target = _target(bindings, out, self.values, self.aliases)
         if out is not None:
             self.held[out.data_ptr()] = target
         self.launches.append(_launch(callee, out, inputs))
@@ -212,7 +212,7 @@ def _holds(tensor: torch.Tensor, value: torch.Tensor) -> bool:
     return value.numel() == tensor.numel() and torch.equal(tensor, value.reshape(tensor.shape))
 
 
-def _target(bindings: tuple[str, ...], out, values: dict, calls: dict) -> str | None:
+def _target(bindings: tuple[str, ...], out, values: dict, aliases: dict) -> str | None:
     """The binding a launch's output is the value of: the last of its bindings with a reference
     value of the output's shape that does not only name another of them (`gv = lv6`)."""
     if out is None:
@@ -223,16 +223,10 @@ def _target(bindings: tuple[str, ...], out, values: dict, calls: dict) -> str | 
             for b in reversed(bindings)
             if b in values
             and tuple(values[b].shape) == tuple(out.shape)
-            and not _alias_within(calls.get(b), bindings)
+            and aliases.get(b) not in bindings  # `gv = lv6`: lv6 is what the launch computes
         ),
         None,
     )
-
-
-def _alias_within(value, bindings: tuple[str, ...]) -> bool:
-    """Whether a binding only names another of the same launch (`gv = lv6`): the other is
-    what the launch computes."""
-    return isinstance(value, relax.Var) and value.name in bindings
 
 
 def compare_kernels(
@@ -250,7 +244,7 @@ def compare_kernels(
         if from_torch
         else dict(trace(parts, fn, own_copies(args), build=parts.build.reference()))
     )
-    _through_aliases(entry.func, values)
+    _through_aliases(_bound(entry.func)[1], values)
     hook = _OnReference(linked, fn, entry.func, values)
     vm = linked.instrumented_vm(parts.device, hook)
     vm[fn](*to_tvm_tensor(list(own_copies(args))))
@@ -295,20 +289,34 @@ def _named(check: KernelCheck, fn: str, site_of) -> str:
     return f"kernel `{check.kernel}` ({which}{where})"
 
 
-def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> None:
+def _bound(func: relax.Function) -> tuple[dict[str, relax.Expr], dict[str, str]]:
+    """Each binding's value by the name trace gives the binding (`h_1` for a second `h`), and
+    the bindings that only name another (`gv = lv6`: `{"gv": "lv6"}`)."""
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    name_of = dict(
+        zip((b.var for b in bindings), unique_names(b.var for b in bindings), strict=True)
+    )
+    calls = {name_of[b.var]: b.value for b in bindings}
+    aliases = {
+        name: name_of.get(value, value.name)
+        for name, value in calls.items()
+        if isinstance(value, relax.Var)
+    }
+    return calls, aliases
+
+
+def _through_aliases(aliases: dict[str, str], values: dict[str, torch.Tensor]) -> None:
     """`gv = lv6`: `gv` has the value of `lv6` (a launch may be bound to either, once a pass
     folded one into the other)."""
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Var) and value.name in values:
-                values.setdefault(binding.var.name, values[value.name])
+    for name, other in aliases.items():
+        if other in values:
+            values.setdefault(name, values[other])
 
 
 def _checks(func, hook: _OnReference, values, args, tolerance, pyfuncs) -> list[KernelCheck]:
     """Each launch's output against the reference value of the binding it computes, within
     the rounding of the largest reduction fused into it."""
-    calls = {b.var.name: b.value for block in func.body.blocks for b in block.bindings}
+    calls = _bound(func)[0]
     shapes = {p.name: tuple(a.shape) for p, a in zip(func.params, args, strict=False)}
     shapes.update({name: tuple(v.shape) for name, v in values.items()})
     checks = []

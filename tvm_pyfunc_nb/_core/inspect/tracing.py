@@ -10,7 +10,7 @@ than the plain one; the values are those of the same ops.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 
 from ...errors import CallError
+from ..build.kernel_sites import unique_names
 from ..live.cells import PYFUNC, RELAX
 from ..live.relax_rewrite import relax_closure, sub_module
 from ..models.source_sites import SourceSite
@@ -53,18 +54,6 @@ def tapped(func: relax.Function) -> tuple[relax.Function, list[Tap]]:
     copy = relax.Function(plain.params, body, None, plain.is_pure, plain.attrs)
     names = unique_names(b.var for b in bindings)
     return copy, [Tap(name, op_of(b.value)) for name, b in zip(names, bindings, strict=True)]
-
-
-def unique_names(variables: Iterable[relax.Var]) -> list[str]:
-    """Each variable's name, a name used twice made unique as TVM's printer shows it (`lv_1`)."""
-    names, seen = [], set()
-    for var in variables:
-        name, k = var.name, 1
-        while name in seen:
-            name, k = f"{var.name}_{k}", k + 1
-        seen.add(name)
-        names.append(name)
-    return names
 
 
 def op_of(value) -> str:
