@@ -91,7 +91,7 @@ def f(x: R.Tensor((4,), "float32")) -> R.Tensor((4,), "float32"):
     assert text.count("not run: the build crashes") == 3  # kernels, compare, profile
     with pytest.raises(CallError, match="report: bisect= takes what bisect returned"):
         live.report("f", torch.ones(4), path=str(tmp_path / "x.html"), bisect="no")
-    failing = LiveModule("failing")  # a build that fails, with TVM's error
+    failing = LiveModule("failing", pipeline="default")  # tvm.compile fails, with its error
     failing.add(tensor_to_shape_then_add()["main"], name="fails")
     text = Path(failing.report("fails", torch.ones(2, 8), torch.ones(2, 8), path=path)).read_text()
     assert "The build fails" in text and "CodeGenVM cannot emit" in text

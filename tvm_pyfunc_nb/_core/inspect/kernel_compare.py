@@ -281,7 +281,7 @@ class _Outputs:
     """Which bindings of `func` the outputs of a launch hold."""
 
     def __init__(self, func: relax.Function):
-        bindings, name = _named(func)
+        bindings, name = _by_name(func)
         self.calls = {name(b.var): b.value for b in bindings}
         self.readers: dict[str, set[str]] = defaultdict(set)  # binding -> the bindings reading it
         self.items: dict[str, dict[int, str]] = defaultdict(dict)  # tuple -> {index: its item}
@@ -346,7 +346,7 @@ class _Outputs:
         return found
 
 
-def _named(func: relax.Function):
+def _by_name(func: relax.Function):
     """`func`'s bindings, and the name of a variable as trace and the script give it (`h_1`
     for the second binding of `h`; a parameter by its name)."""
     bindings = [b for block in func.body.blocks for b in block.bindings]
@@ -420,7 +420,7 @@ def _named(check: KernelCheck, fn: str, site_of) -> str:
 def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> None:
     """`gv = lv6`: `gv` has the value of `lv6` (a launch may be bound to either, once a pass
     folded one into the other)."""
-    bindings, name = _named(func)
+    bindings, name = _by_name(func)
     for binding in bindings:
         value = binding.value
         if isinstance(value, relax.Var) and name(value) in values:
@@ -430,7 +430,7 @@ def _through_aliases(func: relax.Function, values: dict[str, torch.Tensor]) -> N
 def _checks(func, hook: _OnReference, values, args, tolerance, pyfuncs) -> list[KernelCheck]:
     """Each launch's output against the reference value of the binding it computes, within
     the rounding of the largest reduction fused into it."""
-    bindings, name = _named(func)
+    bindings, name = _by_name(func)
     calls = {name(b.var): b.value for b in bindings}
     shapes = {p.name: tuple(a.shape) for p, a in zip(func.params, args, strict=False)}
     shapes.update({name: tuple(v.shape) for name, v in values.items()})

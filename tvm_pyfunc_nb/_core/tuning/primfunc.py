@@ -78,7 +78,6 @@ def tuned(
             finally:
                 reporter.progress.close()
     warn_unless_kept(name, where, database, [mod])
-    warn_unless_kept(name, where, database, [mod])
     schedule = ms.tir_integration.compile_tir(database, func, target)
     if schedule is None:
         raise ScheduleError("MetaSchedule measured no working schedule", function=name)
