@@ -127,7 +127,8 @@ class CompileCacheWarning(UserWarning):
 
 class ScheduleWarning(UserWarning):
     """A kernel keeps TVM's default schedule: the CPU schedule written for its kind (a matmul, a
-    convolution, an element-wise chain) failed on it. Nothing fails; it runs as TVM made it."""
+    convolution, an element-wise chain) failed on it, or TVM could not fuse the module and it is
+    built as `--pipeline default` builds it. Nothing fails; it runs as TVM made it."""
 
 
 def _compose(message: str, function: str | None, line: int | None) -> str:

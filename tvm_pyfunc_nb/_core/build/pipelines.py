@@ -22,13 +22,14 @@ loops its author wrote), with passes first for what the CPU schedules do best
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
 from tvm import relax
 
-from ...errors import TVMModuleError, last_reason
+from ...errors import ScheduleWarning, TVMModuleError, last_reason
 from .conv_rewrites import conv_weights_hwio, fold_batch_norms
 
 AUTO_PIPELINE = "auto"
@@ -86,7 +87,7 @@ def pipeline_for(name: str | None, target: tvm.target.Target) -> Pipeline:
 
 
 # Part of the cache key of `fused`: a change to its passes must not reuse what the last one built.
-FUSED_VERSION = 1
+FUSED_VERSION = 2
 
 
 def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
@@ -107,7 +108,7 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         present = {gv.name_hint for gv in mod.get_global_vars()}
         return _with_functions(mod, {n: f for n, f in own.items() if n in present})
 
-    return tvm.transform.Sequential(
+    fused = tvm.transform.Sequential(
         [
             apart,
             fold_batch_norms,
@@ -119,6 +120,50 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         ],
         name="fused_pipeline",
     )
+
+    @tvm.transform.module_pass(opt_level=0, name="FusedUnlessUnfusable")
+    def fused_unless_unfusable(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        """`fused`; for a module TVM cannot fuse, what `tvm.compile` builds, with a warning
+        saying so, so that a module plain TVM runs runs here too (decided before any pass runs:
+        bisect and minimize switch passes off by their order)."""
+        why = unfusable(mod)
+        if why is None:
+            return fused(mod)
+        warnings.warn(
+            f"TVM 0.27 cannot fuse this module ({why}): it is built as `--pipeline default` "
+            "builds it, every op a kernel of its own",
+            ScheduleWarning,
+            stacklevel=2,
+        )
+        return relax.get_pipeline("default")(mod)
+
+    return fused_unless_unfusable
+
+
+def unfusable(mod: tvm.IRModule) -> str | None:
+    """Why TVM 0.27's FuseOps fails on `mod`, if it does: a tensor whose shape takes the smaller
+    or larger of two sizes (`x[:k]` with `k` read from data: `T.min(k, 8)` rows) becomes a
+    `T.if_then_else` it cannot type ("Cannot find the FInferType attribute registered to op:
+    tirx.if_then_else")."""
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function):
+            continue
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                shape = getattr(binding.var.ty, "shape", None)
+                values = getattr(shape, "values", None) or []
+                if any(_chooses(v) for v in values):
+                    return f"`{binding.var.name}` of `{gv.name_hint}` has the shape {shape}"
+    return None
+
+
+def _chooses(expr) -> bool:
+    """Whether a size takes one of two values (`T.min`, `T.max`, a select), anywhere in it."""
+    if isinstance(expr, (tvm.tirx.Min, tvm.tirx.Max, tvm.tirx.Select)):
+        return True
+    parts = [getattr(expr, name, None) for name in ("a", "b", "value")]
+    parts += list(getattr(expr, "args", None) or [])
+    return any(_chooses(part) for part in parts if isinstance(part, tvm.ir.expr.Expr))
 
 
 OPAQUE = 8  # relax's OpPatternKind.kOpaque: FuseOps leaves the call alone
