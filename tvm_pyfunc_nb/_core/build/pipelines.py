@@ -121,7 +121,7 @@ def fused_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
         name="fused_pipeline",
     )
 
-    @tvm.transform.module_pass(opt_level=0, name="FusedUnlessUnfusable")
+    @tvm.transform.module_pass(opt_level=0, name="fused_pipeline_unless_unfusable")  # a container
     def fused_unless_unfusable(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         """`fused`; for a module TVM cannot fuse, what `tvm.compile` builds, with a warning
         saying so, so that a module plain TVM runs runs here too (decided before any pass runs:
