@@ -205,7 +205,8 @@ def dies_then_hangs(shell, server):
     os.killpg(server.process.pid, signal.SIGSTOP)
     try:
         gc.collect()  # earlier tests' garbage now: a finalizer running as Ctrl-C lands eats it
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        main = threading.main_thread().ident  # the thread a terminal's Ctrl-C interrupts
+        threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT)).start()
         with pytest.raises(KeyboardInterrupt):
             demo.main_relax(X, Y)
         assert left_behind(server.port) == (threads, 0)
