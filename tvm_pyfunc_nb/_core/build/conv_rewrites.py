@@ -150,10 +150,12 @@ class _Renamer(relax.PyExprMutator):
             super().visit_var_binding_(binding)
             return
         value = self.visit_expr(binding.value)
-        if isinstance(binding.var, relax.DataflowVar):
-            var = self.builder_.emit(value, name_hint=name)
-        else:
+        if self.builder_.current_block_is_dataflow() and not isinstance(
+            binding.var, relax.DataflowVar
+        ):
             var = self.builder_.emit_output(value, name_hint=name)
+        else:  # a dataflow variable, or any binding of a block without dataflow
+            var = self.builder_.emit(value, name_hint=name)
         self.set_var_remap(binding.var, var)
 
 
