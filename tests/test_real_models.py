@@ -229,7 +229,9 @@ def the_whole_loop(shell, name: str, tmp_path, exports: dict) -> None:
         assert len(trace) > (10 if name in ZOO else 1)
         assert all(isinstance(trace[b], torch.Tensor) for b in trace)
         assert trace.rows()[0][0] == next(iter(trace))
-        same_numbers(trace.output, flat(live.main(*args)))
+        # the taps keep bindings apart: a traced run fuses less than the call, its sums round
+        # in another order (tracing.py)
+        same_numbers(trace.output, flat(live.main(*args)), rtol=1e-4, atol=1e-4)
 
     ours = flat(live.main(*args))
     with steps.step("edit_text run as a cell"):
