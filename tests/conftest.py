@@ -20,6 +20,11 @@ def pytest_configure(config):
     own.
     """
     os.environ["TVM_PYFUNC_NB_CACHE_DIR"] = tempfile.mkdtemp(prefix="tvm-pyfunc-nb-cache-")
+    # A run started in the background by a shell without job control (`make test &`) inherits
+    # SIGINT ignored, and Python then leaves it so: Ctrl-C as a terminal gives it, for the tests
+    # that send it (xdist's workers inherit the disposition too).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # How long each of the longest scopes took (seconds, in a `make test` run on two busy cores).

@@ -15,7 +15,8 @@ function and gives a notice line naming the binding it changed:
   t.MatchesCode(kDLFloat)"). It becomes `R.logical_and`, which is the same.
 - `R.not_equal` of floats says a NaN equals everything (LLVM's ordered `one`),
   where PyTorch, like IEEE 754, says it equals nothing: `x != x` finds no NaN.
-  It becomes `R.logical_not(R.equal(...))`, which says so.
+  It becomes `R.logical_not(R.equal(...))`, which says so, and `x != x` becomes
+  `R.isnan(x)` (fused into one kernel, TVM's simplifier takes `x == x` for True).
 
 What no repair covers fails loudly: a constant index out of range raises
 here, a bad index at run time stops the kernel's bounds guard (`CallError`).
@@ -68,6 +69,11 @@ class _Repairer(PyExprMutator):
         if op == "relax.take":
             return self._take(call)
         if op == "relax.not_equal" and all(str(_dtype(a)).startswith(_FLOATS) for a in call.args):
+            if call.args[0].same_as(call.args[1]):  # `x != x`: fused, `x == x` folds to True
+                self._note(
+                    "a float R.not_equal(x, x) is False at a NaN (PyTorch: True); now R.isnan(x)"
+                )
+                return relax.op.isnan(call.args[0])
             self._note(
                 "a float R.not_equal is False at a NaN (PyTorch: True); now "
                 "R.logical_not(R.equal(...)), which is True there"
