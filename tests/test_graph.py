@@ -234,3 +234,14 @@ def test_the_engine_draws_where_an_asyncio_loop_runs_and_lets_the_interpreter_ex
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "2\n"), done.stderr
+
+
+def test_an_nn_sequentials_weights_are_names_python_reads():
+    """`0.weight` of an `nn.Sequential` was the constant `consts.0_weight`: the graph, `edit`
+    and every view that reads the function's text back failed with a SyntaxError."""
+    from tvm_pyfunc_nb import LiveModule
+
+    live = LiveModule("sequential")
+    live.add_torch(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), (torch.ones(2, 4),))
+    assert "consts.p0_weight" in live.script()
+    assert len(live.graph("main").nodes) > 1

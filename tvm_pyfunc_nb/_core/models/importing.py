@@ -558,7 +558,8 @@ def _unwritten(node) -> bool:
 
 
 def _constant_names(before: relax.Function, after: relax.Function, exported) -> dict[Any, str]:
-    """Each constant -> the model parameter it holds (`fc1.weight` as `fc1_weight`)."""
+    """Each constant -> the model parameter it holds (`fc1.weight` as `fc1_weight`, a name
+    Python can read: `0.weight` as `p0_weight`)."""
     targets = {
         spec.arg.name: spec.target
         for spec in exported.graph_signature.input_specs
@@ -569,7 +570,8 @@ def _constant_names(before: relax.Function, after: relax.Function, exported) -> 
     def walk(a, b) -> None:
         if isinstance(a, relax.Var) and isinstance(b, tvm.ir.Constant):
             target = targets.get(a.name, a.name)
-            names.setdefault(b, re.sub(r"\W", "_", target))
+            name = re.sub(r"\W", "_", target)  # `0.weight` of an nn.Sequential: `p0_weight`
+            names.setdefault(b, name if name.isidentifier() else f"p{name}")
         elif isinstance(a, relax.Call) and isinstance(b, relax.Call):
             for x, y in zip(a.args, b.args, strict=False):
                 walk(x, y)
