@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-import tvm
 from torch import nn
 from tvm import relax
 
@@ -36,24 +35,7 @@ from real_models import ZOO
 
 def tanh_becomes_sigmoid():
     """A pipeline of one pass that turns every `R.tanh` into `R.sigmoid`."""
-
-    @tvm.transform.module_pass(opt_level=0, name="TanhBecomesSigmoid")
-    def swap(mod, ctx):
-        tanh = tvm.ir.Op.get("relax.tanh")
-
-        @relax.expr_functor.mutator
-        class Swap(relax.PyExprMutator):
-            def visit_call_(self, call):
-                call = super().visit_call_(call)
-                return relax.op.sigmoid(*call.args) if call.op.same_as(tanh) else call
-
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in mod.functions_items():
-            if isinstance(func, relax.Function):
-                out[gv] = Swap(mod).visit_expr(func)
-        return out
-
-    return swap
+    return testing.op_swapped("relax.tanh", "sigmoid", "TanhBecomesSigmoid")
 
 
 def timed(make) -> tuple:

@@ -11,6 +11,7 @@ import tempfile
 import pytest
 from IPython.testing.globalipapp import start_ipython
 
+from tvm_pyfunc_nb import testing
 from tvm_pyfunc_nb._core.run.interrupts import python_sigint
 from tvm_pyfunc_nb.testing import NotebookShell
 
@@ -103,6 +104,20 @@ def _cores_stay_free():
     cores = os.sched_getaffinity(0)
     yield
     assert os.sched_getaffinity(0) == cores, f"a test left this process on cores {cores}"
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    """Pipelines of one pass at fault each (`add_becomes_subtract`, `aborts` of
+    tvm_pyfunc_nb.testing), registered as a notebook would register its own, for one file."""
+    from tvm import relax
+    from tvm.relax.pipeline import PIPELINE_MAP
+
+    for make in (testing.add_becomes_subtract, testing.aborts):
+        relax.register_pipeline(make.__name__)(make)
+    yield
+    for name in ("add_becomes_subtract", "aborts"):
+        PIPELINE_MAP.pop(name)
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-from tvm import relax
 
-from tvm_pyfunc_nb import LiveModule, testing
+from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb._views import render
 from tvm_pyfunc_nb.errors import CallError, UnknownFunctionError
 from tvm_pyfunc_nb.testing import parts_of
@@ -32,18 +31,6 @@ def mlp(x: R.Tensor((8, 16), "float32"), w: R.Tensor((16, 4), "float32"),
     return R.nn.softmax(h)
 """
 ARGS = (torch.randn(8, 16), torch.randn(16, 4), torch.randn(4))
-
-
-@pytest.fixture(scope="module")
-def pipelines():
-    """Pipelines of one pass at fault each, registered as a notebook would register its own."""
-    from tvm.relax.pipeline import PIPELINE_MAP
-
-    for make in (testing.add_becomes_subtract, testing.aborts):
-        relax.register_pipeline(make.__name__)(make)
-    yield
-    for name in ("add_becomes_subtract", "aborts"):
-        PIPELINE_MAP.pop(name)
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
-from tvm_pyfunc_nb import LiveModule, testing
+from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb._core import front_end_port
 from tvm_pyfunc_nb._core.faults import (
     cut_judging,
@@ -91,17 +91,6 @@ class Attention(nn.Module):
     def forward(self, x):
         weights = torch.softmax(self.q(x) @ self.k(x).transpose(-2, -1), dim=-1)
         return torch.tanh(weights @ self.v(x))
-
-
-@pytest.fixture(scope="module")
-def pipelines():
-    from tvm.relax.pipeline import PIPELINE_MAP
-
-    for make in (testing.add_becomes_subtract, testing.aborts):
-        relax.register_pipeline(make.__name__)(make)
-    yield
-    for name in ("add_becomes_subtract", "aborts"):
-        PIPELINE_MAP.pop(name)
 
 
 @pytest.fixture

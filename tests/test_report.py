@@ -16,24 +16,12 @@ import pytest
 import torch
 from cells import tensor_to_shape_then_add
 from torch import nn
-from tvm import relax
 
-from tvm_pyfunc_nb import LiveModule, testing
+from tvm_pyfunc_nb import LiveModule
 from tvm_pyfunc_nb._core.faults import report_page, reporting
 from tvm_pyfunc_nb.errors import CallError, FileWriteError
 
 SECTIONS = ("environment", "function", "passes", "kernels", "compare", "profile")
-
-
-@pytest.fixture(scope="module")
-def pipelines():
-    from tvm.relax.pipeline import PIPELINE_MAP
-
-    for make in (testing.add_becomes_subtract, testing.aborts):
-        relax.register_pipeline(make.__name__)(make)
-    yield
-    for name in ("add_becomes_subtract", "aborts"):
-        PIPELINE_MAP.pop(name)
 
 
 def planted_report(path: Path) -> Path:

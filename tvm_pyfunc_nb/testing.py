@@ -391,23 +391,22 @@ def _server_answers(port: int) -> bool:
 
 
 # -- passes at fault, made to order (TVM 0.27 has no miscompile left for bisect to find) -------
-def add_becomes_subtract():
-    """A Relax pipeline (for `relax.register_pipeline`) of one pass of our own,
-    `AddBecomesSubtract`, that turns every `R.add` of the module's Relax functions into
-    `R.subtract`: wrong numbers, made to order. The pass is made inside the pipeline function,
-    so that it reaches the build worker (`_core/build/worker/jobs.py`)."""
+def op_swapped(op: str, into: str, name: str):
+    """A Relax module pass `name` that turns every call of the Relax op `op` (`"relax.add"`) in
+    the module's Relax functions into one of `into` (`"subtract"`, a `relax.op` function) on the
+    same arguments: wrong numbers, made to order."""
     import tvm
     from tvm import relax
 
-    @tvm.transform.module_pass(opt_level=0, name="AddBecomesSubtract")
+    @tvm.transform.module_pass(opt_level=0, name=name)
     def swap(mod, ctx):
-        add = tvm.ir.Op.get("relax.add")
+        swapped, replacement = tvm.ir.Op.get(op), getattr(relax.op, into)
 
         @relax.expr_functor.mutator
         class Swap(relax.PyExprMutator):
             def visit_call_(self, call):
                 call = super().visit_call_(call)
-                return relax.op.subtract(*call.args) if call.op.same_as(add) else call
+                return replacement(*call.args) if call.op.same_as(swapped) else call
 
         out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
         for gv, func in mod.functions_items():
@@ -416,6 +415,14 @@ def add_becomes_subtract():
         return out
 
     return swap
+
+
+def add_becomes_subtract():
+    """A Relax pipeline (for `relax.register_pipeline`) of one pass of our own,
+    `AddBecomesSubtract`, that turns every `R.add` of the module's Relax functions into
+    `R.subtract`: wrong numbers, made to order. The pass is made inside the pipeline function,
+    so that it reaches the build worker (`_core/build/worker/jobs.py`)."""
+    return op_swapped("relax.add", "subtract", "AddBecomesSubtract")
 
 
 def aborts():
