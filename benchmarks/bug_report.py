@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 from tvm import relax
 
 from tvm_pyfunc_nb import LiveModule, testing
@@ -29,7 +28,7 @@ from tvm_pyfunc_nb import LiveModule, testing
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from cells import RESHAPE_THEN_IN_PLACE
-from find_the_pass import Block
+from find_the_pass import planted
 from real_models import ZOO
 
 
@@ -45,12 +44,7 @@ def timed(make) -> tuple:
 
 
 def tutorial_model() -> dict:
-    relax.register_pipeline("bench_add_becomes_subtract")(testing.add_becomes_subtract)
-    torch.manual_seed(0)
-    model = nn.Sequential(Block(64), Block(64)).eval()
-    x = torch.randn(16, 64)
-    live = LiveModule("bench", pipeline="bench_add_becomes_subtract")
-    live.add_torch(model, (x,))
+    live, x = planted()
     cut, seconds = timed(lambda: live.minimize("main", x))
     assert cut.found, cut
     return {"seconds": seconds, "original": cut.original, "size": cut.size, "cuts": len(cut.steps)}

@@ -31,13 +31,20 @@ class Block(nn.Module):
         return self.norm(x + weights @ v)
 
 
-def measure(repeats: int) -> dict:
+def planted() -> tuple[LiveModule, torch.Tensor]:
+    """Two attention blocks imported into a module whose pipeline turns every add into a
+    subtract (the fault `bisect` and `minimize` look for), and their input."""
     relax.register_pipeline("bench_add_becomes_subtract")(testing.add_becomes_subtract)
     torch.manual_seed(0)
     model = nn.Sequential(Block(64), Block(64)).eval()
     x = torch.randn(16, 64)
     live = LiveModule("bench", pipeline="bench_add_becomes_subtract")
     live.add_torch(model, (x,))
+    return live, x
+
+
+def measure(repeats: int) -> dict:
+    live, x = planted()
     runs = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
